@@ -1,0 +1,49 @@
+# Paged attention from scratch: two commands do everything.
+#   make test   unit tests + every notebook under nbval (stored outputs must be current)
+#   make book   the static website, built strictly, into _build/html
+# Both create .venv with the pinned requirements and pagedlib (editable) when it is missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JOBS   ?= 2
+
+export PYTHONHASHSEED := 0
+
+.PHONY: test book lab serve notebooks unit nbval browser clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile tests notebooks --nbval \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600
+
+unit: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) tests
+
+nbval: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile notebooks --nbval \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks
+
+serve: book
+	@echo "Serving http://localhost:8000 (Ctrl-C to stop)"
+	$(PY) -m http.server 8000 --directory _build/html
+
+notebooks: $(STAMP)
+	$(PY) scripts/sync_notebooks.py
+	$(PY) scripts/execute_notebooks.py notebooks/*.ipynb
+
+clean:
+	rm -rf _build
