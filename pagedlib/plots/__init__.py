@@ -1,0 +1,5 @@
+"""The course's figures, one module per part of the course; every function returns a matplotlib Figure.
+
+Each figure has a title, axis labels with units and a legend where there is more than one series.
+"""
+from .style import COLORS, PADDING_HATCH  # noqa: F401
