@@ -72,15 +72,12 @@ class Result:
 
 
 def _show(obj) -> None:
-    """Display rich output in a notebook, plain text elsewhere."""
+    """Display ``obj`` as HTML in a notebook (with a plain-text twin), as text elsewhere."""
     try:
         from IPython import get_ipython
-        from IPython.display import display, HTML
+        from IPython.display import display
         if get_ipython() is not None:
-            if hasattr(obj, "_repr_html_"):
-                display(HTML(obj._repr_html_()), metadata={})
-            else:
-                display(obj)
+            display({"text/html": obj._repr_html_(), "text/plain": str(obj)}, raw=True)
             return
     except ImportError:
         pass

@@ -1,0 +1,296 @@
+"""Capacity math: how big the KV cache is, and how many requests fit it (chapters 1, 2 and 4).
+
+Every token a model has seen leaves a key and a value vector in every layer. Their size per token is
+``2 * layers * kv_heads * head_dim * dtype_bytes`` (:attr:`ModelSpec.kv_bytes_per_token`). How many
+requests fit a GPU then depends on how the cache is laid out:
+
+- *reserve-max* (:func:`reserve_max_plan`): every request gets one contiguous slot of ``max_len``
+  tokens, because its final length is unknown. Short replies leave most of the slot as padding.
+- *paged* (:func:`paged_plan`): the cache is cut into pages of ``page_size`` tokens and a request holds
+  only the whole pages it fills (:func:`pages_for`), so it wastes less than one page.
+
+A :class:`Plan` reports the token slots used and allocated, the waste and the capacity of a pool.
+:func:`blocks_for_gpu` turns a GPU's memory into a number of KV blocks the way serving engines do.
+
+>>> lengths = [512, 37, 1900, 128, 4]
+>>> reserve_max_plan(lengths, max_len=2048).capacity(40_960), paged_plan(lengths, 16).capacity(40_960)
+(20, 78)
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+__all__ = ["pages_for", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec", "MODELS",
+           "GPU", "GPUS", "blocks_for_gpu", "GiB", "KiB"]
+
+KiB = 1024
+GiB = 1024 ** 3
+
+
+# ---- pages -------------------------------------------------------------------------------------
+def pages_for(n_tokens: int, page_size: int) -> int:
+    """Whole pages needed to hold ``n_tokens`` tokens: ``ceil(n_tokens / page_size)``.
+
+    A partly filled last page still counts as a page: ``pages_for(37, 16) == 3`` (48 slots for 37
+    tokens). Zero tokens need zero pages.
+    """
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be an integer of at least 1 token; got {page_size!r}")
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
+        raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
+    return -(-n_tokens // page_size)
+
+
+# ---- plans -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanRow:
+    """One request in a :class:`Plan`.
+
+    ``length`` tokens of real K/V sit in ``allocated`` slots. The unused slots are either the tail of
+    the last page (``tail``, paged plans) or the padding of a reserved slot (``padding``, reserve-max).
+    ``pages`` is the number of pages (1 slot of ``max_len`` for reserve-max).
+    """
+    request: str
+    length: int
+    pages: int
+    allocated: int
+    tail: int = 0
+    padding: int = 0
+
+    @property
+    def wasted(self) -> int:
+        """Allocated but unused slots of this request (``allocated - length``)."""
+        return self.allocated - self.length
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a batch of requests is laid out in a KV cache, and what that costs.
+
+    ``kind`` is ``"reserve-max"`` (``unit`` = ``max_len``, the slot per request) or ``"paged"``
+    (``unit`` = ``page_size``). ``rows`` has one :class:`PlanRow` per request; ``table()`` gives them
+    as dicts for display. All sizes are in token slots; multiply by
+    :attr:`ModelSpec.kv_bytes_per_token` for bytes.
+    """
+    kind: str
+    unit: int
+    rows: list[PlanRow] = field(repr=False)
+
+    @property
+    def lengths(self) -> list[int]:
+        """The requests' lengths in tokens."""
+        return [r.length for r in self.rows]
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.rows)
+
+    @property
+    def used(self) -> int:
+        """Token slots holding real K/V."""
+        return sum(r.length for r in self.rows)
+
+    @property
+    def allocated(self) -> int:
+        """Token slots reserved for the requests (used plus wasted)."""
+        return sum(r.allocated for r in self.rows)
+
+    @property
+    def waste(self) -> float:
+        """Fraction of the allocated slots that hold nothing: ``1 - used / allocated``."""
+        return 1 - self.used / self.allocated if self.allocated else 0.0
+
+    @property
+    def num_pages(self) -> int:
+        """Pages in all block tables together (reserve-max: one slot per request)."""
+        return sum(r.pages for r in self.rows)
+
+    def capacity(self, pool_slots: int) -> int:
+        """How many requests of this mix fit a pool of ``pool_slots`` token slots.
+
+        ``floor(pool_slots / (allocated / n_requests))``: the pool divided by the average allocation
+        per request, computed in exact integers.
+        """
+        if isinstance(pool_slots, bool) or not isinstance(pool_slots, int) or pool_slots < 0:
+            raise ValueError(f"pool_slots must be a non-negative integer; got {pool_slots!r}")
+        if not self.rows or self.allocated == 0:
+            raise ValueError("capacity needs a plan with at least one request of length >= 1")
+        return pool_slots * self.n_requests // self.allocated
+
+    def table(self) -> list[dict]:
+        """The rows as a list of dicts (request, length, pages, allocated, tail, padding)."""
+        return [asdict(r) for r in self.rows]
+
+    def text(self) -> str:
+        """The rows and the totals as an aligned text table."""
+        head = ["request", "len", "pages" if self.kind == "paged" else "slots", "alloc",
+                "tail waste" if self.kind == "paged" else "padding"]
+        body = [[r.request, r.length, r.pages, r.allocated, r.tail if self.kind == "paged" else r.padding]
+                for r in self.rows]
+        body.append(["total", self.used, self.num_pages, self.allocated, self.allocated - self.used])
+        cells = [head] + [[f"{v:,}" if isinstance(v, int) else v for v in row] for row in body]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+        lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+        lines.append(f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'page_size'}="
+                     f"{self.unit}): waste {self.waste:.1%}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _check_lengths(lengths: Sequence[int]) -> list[int]:
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError("lengths must hold at least one request length")
+    for i, n in enumerate(lengths):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"lengths[{i}] must be a non-negative integer number of tokens; got {n!r}")
+    return lengths
+
+
+def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
+    """The naive layout: each request reserves one contiguous slot of ``max_len`` tokens.
+
+    The slot is sized for the longest possible reply because the real length is unknown up front;
+    what the request does not fill is padding. A length above ``max_len`` is a ``ValueError``.
+    """
+    lengths = _check_lengths(lengths)
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive integer; got {max_len!r}")
+    too_long = [n for n in lengths if n > max_len]
+    if too_long:
+        raise ValueError(f"requests of {too_long} tokens do not fit a max_len={max_len} slot; "
+                         "raise max_len or shorten them")
+    rows = [PlanRow(f"r{i + 1}", n, 1, max_len, padding=max_len - n) for i, n in enumerate(lengths)]
+    return Plan("reserve-max", max_len, rows)
+
+
+def paged_plan(lengths: Sequence[int], page_size: int) -> Plan:
+    """The paged layout: each request holds ``pages_for(length, page_size)`` whole pages.
+
+    The only waste is the unused tail of each request's last page, at most ``page_size - 1`` tokens.
+    """
+    lengths = _check_lengths(lengths)
+    rows = []
+    for i, n in enumerate(lengths):
+        pages = pages_for(n, page_size)
+        rows.append(PlanRow(f"r{i + 1}", n, pages, pages * page_size, tail=pages * page_size - n))
+    return Plan("paged", page_size, rows)
+
+
+# ---- models ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a transformer's KV cache, and its parameter count.
+
+    ``num_kv_heads`` below ``num_heads`` means grouped-query attention (GQA): several query heads read
+    one K/V head, so the cache shrinks by ``num_heads / num_kv_heads``. ``dtype_bytes`` is the size of
+    one cached element (2 for fp16/bf16). ``num_params`` gives the weights' size.
+    """
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_params: int
+    max_len: int
+    dtype_bytes: int = 2
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token in all layers: ``2 * layers * kv_heads * head_dim * bytes``."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def weights_bytes(self) -> int:
+        """Bytes of the weights at ``dtype_bytes`` per parameter."""
+        return self.num_params * self.dtype_bytes
+
+    def kv_bytes(self, num_tokens: int, batch_size: int = 1) -> int:
+        """KV-cache bytes of ``batch_size`` sequences of ``num_tokens`` tokens each."""
+        return batch_size * num_tokens * self.kv_bytes_per_token
+
+    def block_bytes(self, block_size: int) -> int:
+        """Bytes of one KV block of ``block_size`` tokens (K and V, all layers)."""
+        return block_size * self.kv_bytes_per_token
+
+
+# Published configurations (Hugging Face config.json of each model); KV cached in fp16/bf16.
+MODELS: dict[str, ModelSpec] = {m.name: m for m in [
+    ModelSpec("gpt2", 12, 12, 12, 64, 124_439_808, 1024),                  # 36 KiB per token
+    ModelSpec("opt-13b", 40, 40, 40, 128, 12_853_000_000, 2048),           # 800 KiB per token
+    ModelSpec("llama-2-7b", 32, 32, 32, 128, 6_738_415_616, 4096),         # 512 KiB per token
+    ModelSpec("llama-2-13b", 40, 40, 40, 128, 13_015_864_320, 4096),       # 800 KiB per token
+    ModelSpec("llama-3-8b", 32, 32, 8, 128, 8_030_261_248, 8192),          # 128 KiB per token (GQA)
+    ModelSpec("mistral-7b", 32, 32, 8, 128, 7_241_732_096, 32768),         # 128 KiB per token (GQA)
+    ModelSpec("llama-3-70b", 80, 64, 8, 128, 70_553_706_496, 8192),        # 320 KiB per token (GQA)
+]}
+
+
+# ---- GPUs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GPU:
+    """A GPU model and its memory in bytes, as sold (e.g. "A100 80 GB" has 80 GiB).
+
+    What ``torch.cuda.mem_get_info`` reports is a little less (ECC and the driver keep some).
+    """
+    name: str
+    memory_bytes: int
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GiB
+
+
+GPUS: dict[str, GPU] = {g.name: g for g in [
+    GPU("T4", 16 * GiB),           # Colab's free GPU
+    GPU("L4", 24 * GiB),
+    GPU("A10G", 24 * GiB),
+    GPU("A100-40GB", 40 * GiB),    # the PagedAttention paper's OPT-13B GPU
+    GPU("A100-80GB", 80 * GiB),
+    GPU("H100-80GB", 80 * GiB),
+    GPU("H200", 141 * GiB),
+]}
+
+
+def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size: int = 16, *,
+                   utilization: float = 0.9, weights_bytes: int | None = None,
+                   activation_bytes: int = 0) -> int:
+    """How many KV blocks of ``block_size`` tokens fit a GPU, as serving engines size their cache.
+
+    The engine may use ``gpu_mem_bytes * utilization`` of the memory; the weights (default: the
+    model's ``num_params * dtype_bytes``) and the peak activations of a forward pass come first, and
+    what remains is cut into blocks of ``block_size * kv_bytes_per_token`` bytes (vLLM's
+    ``num_gpu_blocks``). ``model`` may be a :class:`ModelSpec` or a key of :data:`MODELS`,
+    ``gpu_mem_bytes`` a byte count or a key of :data:`GPUS`. Returns 0 when the weights do not fit.
+    """
+    spec = _model(model)
+    mem = _gpu_bytes(gpu_mem_bytes)
+    pages_for(0, block_size)  # validates block_size
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1]; got {utilization!r}")
+    if activation_bytes < 0:
+        raise ValueError(f"activation_bytes must be >= 0; got {activation_bytes!r}")
+    weights = spec.weights_bytes if weights_bytes is None else weights_bytes
+    budget = int(mem * utilization) - weights - activation_bytes
+    return max(budget, 0) // spec.block_bytes(block_size)
+
+
+def _model(model: ModelSpec | str) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if model not in MODELS:
+        raise KeyError(f"unknown model {model!r}; pick one of {sorted(MODELS)} or pass a ModelSpec")
+    return MODELS[model]
+
+
+def _gpu_bytes(gpu: int | str) -> int:
+    if isinstance(gpu, str):
+        if gpu not in GPUS:
+            raise KeyError(f"unknown GPU {gpu!r}; pick one of {list(GPUS)} or pass a byte count")
+        return GPUS[gpu].memory_bytes
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu <= 0:
+        raise ValueError(f"gpu_mem_bytes must be a positive byte count or a GPU name; got {gpu!r}")
+    return gpu

@@ -1,0 +1,100 @@
+"""Course conventions every notebook keeps (nbval, run by `make test`, checks their outputs)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+sys.path.insert(0, str(ROOT / "scripts"))
+import sync_notebooks  # noqa: E402
+
+
+def _toc_files() -> set[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = {toc["root"]}
+    for part in toc.get("parts", []):
+        files |= {c["file"] for c in part["chapters"]}
+    return files
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS and NOTEBOOKS[0].name == "00_getting_started.ipynb"
+
+
+def test_badges_and_setup_cells_are_in_step_with_config():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts/sync_notebooks.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_sync_detects_drift(tmp_path, monkeypatch):
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    nb.cells[0].source = nb.cells[0].source.replace("colab.research.google.com/github/",
+                                                    "colab.research.google.com/github/someone-else/")
+    next(c for c in nb.cells if c.cell_type == "code").source += "\nprint('extra')"
+    path = tmp_path / "notebooks" / "x.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    monkeypatch.setattr(sync_notebooks, "ROOT", tmp_path)
+    (tmp_path / "_config.yml").write_text((ROOT / "_config.yml").read_text())
+    drift = sync_notebooks.sync(path, write=False)
+    assert "Colab badge points elsewhere" in drift
+    assert "setup cell differs from the course's setup cell" in drift
+
+
+def test_repository_url_lives_in_config_only():
+    url, branch = sync_notebooks.repository()
+    assert url.startswith("https://github.com/") and branch == "main"
+    setup = sync_notebooks.setup_source()
+    assert f"git+{url}" in setup and "!" not in setup
+    for banned in ("torch", "triton", "ipywidgets"):
+        assert f"install {banned}" not in setup and f'"{banned}"' not in setup
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_in_the_book(path):
+    assert f"notebooks/{path.stem}" in _toc_files()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_executed_without_errors(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code if c.source.strip() and
+               not c.source.lstrip().startswith("# Uncomment")), "run `make notebooks`"
+    counts = [c.execution_count for c in code if c.execution_count is not None]
+    assert counts == sorted(counts), "stored outputs are not from one top-to-bottom run"
+    for cell in code:
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", f"stored error in a cell: {cell.source[:80]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_anatomy(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert re.search(r"what you will learn", text, re.I), "needs 'What you will learn'"
+    assert re.search(r"key takeaways", text, re.I), "needs 'Key takeaways'"
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert ".check(" in code, "needs at least one self-checking exercise"
+    has_figure = any(o.get("data", {}).get("image/png") for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []))
+    assert has_figure, "needs at least one figure"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_nbval_ignore_without_reason(path):
+    """Cells that skip output comparison must say why in a comment."""
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        tags = cell.metadata.get("tags", [])
+        if i == 0:
+            continue  # the setup cell: versions and device differ between machines
+        if "nbval-ignore-output" in tags or "nbval-skip" in tags:
+            assert cell.source.lstrip().startswith("#"), (
+                f"cell ignored by nbval without a first-line comment saying why: {cell.source[:80]}")
