@@ -52,8 +52,8 @@ class Result:
         return self.state == CORRECT
 
     def __str__(self) -> str:
-        text = f"{_ICONS[self.state]}: {self.exercise}"
-        return f"{text}. {self.message}" if self.message else text
+        text = f"{_ICONS[self.state]} ({self.exercise})"
+        return f"{text}: {self.message}" if self.message else text
 
     def _repr_html_(self) -> str:
         colour = _COLOURS[self.state]
