@@ -1,0 +1,210 @@
+"""Paged attention with Triton (chapters 7 and 8): the public functions that check inputs and launch kernels.
+
+- ``paged_attention``: decode, one new token per sequence; single pass or split-K (flash-decoding).
+- ``paged_prefill``: causal attention for a chunk of new tokens per sequence over its cached prefix.
+- ``write_kv``: scatter new K/V rows to their cache slots.
+
+The kernels live in ``pagedlib.kernels``, one per file. On a CUDA GPU they are compiled; on the CPU
+they run through the Triton interpreter (``pagedlib.runtime``), slowly but exactly the same code.
+Nothing here falls back to PyTorch: a case the kernels cannot run raises a ``ValueError`` instead.
+Every function checks its inputs first (see ``pagedlib.attention_checks``); ``validate=False``
+skips only the checks that read tensor values (a device synchronisation on a GPU), for hot loops
+whose inputs are already known to be good.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from . import runtime
+from .attention_checks import CacheDims, check_decode, check_prefill, check_scale, check_write
+from .kernels.decode import decode_kernel
+from .kernels.prefill import prefill_kernel
+from .kernels.split_k import merge_kernel, split_kernel
+from .kernels.write_kv import write_kv_kernel
+
+MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows on older GPUs/Triton versions: pad the GQA group
+PREFILL_BLOCK_M = 32         # new tokens per prefill program
+MIN_TOKENS_PER_SPLIT = 256   # split-K: fewer tokens than this per split costs more in merging than it gains
+MAX_SPLITS = 32
+
+
+def kv_tile(head_dim: int) -> int:
+    """Tokens of K/V a program loads per step: 64, or 32 for head_dim 256 (registers are finite)."""
+    return 64 if triton.next_power_of_2(head_dim) <= 128 else 32
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    # fp32 tl.dot defaults to TF32 on GPUs (10-bit mantissa): ask for full fp32 instead
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _num_warps(head_dim: int) -> int:
+    return 4 if head_dim <= 128 else 8
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device; 1 on the CPU (the interpreter runs one program at a time)."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
+    """How many ranges to split each sequence into for split-K decode.
+
+    The single pass launches ``num_seqs * num_kv_heads`` programs. If that already fills the GPU's
+    ``sms`` multiprocessors, splitting only adds a merge: 1. Otherwise split enough to make about two
+    programs per multiprocessor, but keep at least ``MIN_TOKENS_PER_SPLIT`` tokens of the longest
+    possible sequence (``max_seq_len``) in each split, and at most ``MAX_SPLITS`` splits.
+    """
+    programs = max(1, num_seqs * num_kv_heads)
+    if programs >= sms:
+        return 1
+    wanted = triton.cdiv(2 * sms, programs)
+    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
+    return max(1, min(wanted, useful, MAX_SPLITS))
+
+
+def _check_num_splits(num_splits) -> None:
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+                                   or num_splits < 1):
+        raise ValueError(f"num_splits must be None (choose automatically) or an int >= 1; got {num_splits!r}")
+
+
+def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor) -> tuple[int, ...]:
+    # (block, token, head) strides of K then V; the head_dim stride is 1 (checked)
+    return (*key_cache.stride()[:3], *value_cache.stride()[:3])
+
+
+def _check_compiled_device(device: torch.device) -> None:
+    if not runtime.INTERPRET and device.type != "cuda":
+        raise ValueError(f"the Triton kernels are compiled for the GPU here, so the tensors must be on "
+                         f"cuda; got {device}. Move them with .to(pagedlib.DEVICE).")
+
+
+def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                    block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None, *,
+                    num_splits: int | None = None, validate: bool = True) -> torch.Tensor:
+    """Decode attention through a page table with a Triton kernel.
+
+    ``query [num_seqs, num_heads, head_dim]``: one new token per sequence, attending to the first
+    ``seq_lens[s]`` tokens of sequence ``s`` (its own K/V already written with ``write_kv``), found
+    through ``block_tables [num_seqs, max_blocks]`` (int32) in ``key_cache`` / ``value_cache
+    [num_blocks, block_size, num_kv_heads, head_dim]``. ``scale`` defaults to ``head_dim ** -0.5``.
+    ``num_splits=1`` runs the single-pass kernel, ``k > 1`` splits each sequence into ``k`` ranges
+    (split-K), ``None`` picks from the batch, the table length and the GPU. Returns ``[num_seqs,
+    num_heads, head_dim]`` in the query's dtype.
+    """
+    dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
+    scale = check_scale(scale, dims.head_dim)
+    _check_num_splits(num_splits)
+    _check_compiled_device(query.device)
+    num_seqs = query.shape[0]
+    out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [num_seqs, num_heads, head_dim]
+    if num_seqs == 0:
+        return out
+    if num_splits is None:
+        max_seq_len = block_tables.shape[1] * dims.block_size
+        num_splits = choose_num_splits(num_seqs, dims.num_kv_heads, max_seq_len, num_sms(query.device))
+    query = query if query.stride(-1) == 1 else query.contiguous()
+    block_tables = block_tables.contiguous()
+    if num_splits == 1:
+        _launch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads)
+    else:
+        _launch_split_k(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads,
+                        num_splits)
+    return out
+
+
+def _decode_meta(query: torch.Tensor, dims: CacheDims, num_heads: int) -> dict:
+    group = num_heads // dims.num_kv_heads
+    return dict(GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
+                BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim), HEAD_DIM=dims.head_dim,
+                HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
+                DOT_PRECISION=_dot_precision(query.dtype), num_warps=_num_warps(dims.head_dim))
+
+
+def _launch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads):
+    grid = (query.shape[0], dims.num_kv_heads)
+    decode_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+                        *_cache_strides(key_cache, value_cache), block_tables.stride(0),
+                        **_decode_meta(query, dims, num_heads))
+
+
+def _launch_split_k(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads,
+                    num_splits):
+    num_seqs = query.shape[0]
+    meta = _decode_meta(query, dims, num_heads)
+    head_dim_pad = meta["HEAD_DIM_PAD"]
+    partial_out = torch.empty(num_seqs, num_heads, num_splits, head_dim_pad,
+                              dtype=torch.float32, device=query.device)   # [num_seqs, num_heads, splits, dim]
+    partial_lse = torch.empty(num_seqs, num_heads, num_splits,
+                              dtype=torch.float32, device=query.device)   # [num_seqs, num_heads, splits]
+    split_kernel[(num_seqs, dims.num_kv_heads, num_splits)](
+        partial_out, partial_lse, query, key_cache, value_cache, block_tables, seq_lens, scale, num_splits,
+        query.stride(0), query.stride(1), *_cache_strides(key_cache, value_cache), block_tables.stride(0),
+        **meta)
+    merge_kernel[(num_seqs, num_heads)](
+        out, partial_out, partial_lse, num_splits, out.stride(0), out.stride(1),
+        SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=dims.head_dim, HEAD_DIM_PAD=head_dim_pad)
+
+
+def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                  block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                  scale: float | None = None, *, validate: bool = True) -> torch.Tensor:
+    """Causal attention for a chunk of new tokens per sequence, through a page table, with a Triton kernel.
+
+    Sequence ``s`` owns rows ``query_start_loc[s] : query_start_loc[s + 1]`` (int32, ``[num_seqs +
+    1]``) of ``query [num_tokens, num_heads, head_dim]``: its last tokens, whose K/V are already in
+    the cache. ``seq_lens[s]`` counts the cached prefix plus the chunk. Each new token attends to
+    every token of its sequence up to and including itself. Returns ``[num_tokens, num_heads,
+    head_dim]`` in the query's dtype.
+    """
+    dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                                    validate)
+    scale = check_scale(scale, dims.head_dim)
+    _check_compiled_device(query.device)
+    out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [num_tokens, num_heads, head_dim]
+    num_seqs = block_tables.shape[0]
+    if num_seqs == 0 or query.shape[0] == 0:
+        return out
+    longest_chunk = int((query_start_loc[1:] - query_start_loc[:-1]).max())
+    query = query if query.stride(-1) == 1 else query.contiguous()
+    block_tables = block_tables.contiguous()
+    grid = (num_seqs, num_heads, triton.cdiv(longest_chunk, PREFILL_BLOCK_M))
+    prefill_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale,
+                         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+                         *_cache_strides(key_cache, value_cache), block_tables.stride(0),
+                         GROUP=num_heads // dims.num_kv_heads, BLOCK_M=PREFILL_BLOCK_M,
+                         BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim), HEAD_DIM=dims.head_dim,
+                         HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
+                         DOT_PRECISION=_dot_precision(query.dtype), num_warps=_num_warps(dims.head_dim))
+    return out
+
+
+def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+             slot_mapping: torch.Tensor, *, validate: bool = True) -> None:
+    """Write each token's K/V rows into its cache slot, in place, with a Triton kernel.
+
+    ``key``, ``value [num_tokens, num_kv_heads, head_dim]`` (views with a row stride are fine, e.g.
+    slices of a fused QKV projection); ``slot_mapping [num_tokens]`` (int64 or int32) holds each
+    token's ``slot = block_id * block_size + offset`` in ``key_cache`` / ``value_cache
+    [num_blocks, block_size, num_kv_heads, head_dim]``; a slot of -1 skips its token.
+    """
+    dims = check_write(key, value, key_cache, value_cache, slot_mapping, validate)
+    _check_compiled_device(key.device)
+    num_tokens = key.shape[0]
+    if num_tokens == 0:
+        return
+    key = key if key.stride(-1) == 1 else key.contiguous()
+    value = value if value.stride(-1) == 1 else value.contiguous()
+    slot_mapping = slot_mapping.contiguous()
+    write_kv_kernel[(num_tokens,)](key, value, key_cache, value_cache, slot_mapping,
+                                   key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+                                   *_cache_strides(key_cache, value_cache),
+                                   NUM_KV_HEADS=dims.num_kv_heads,
+                                   HEADS_PAD=triton.next_power_of_2(dims.num_kv_heads),
+                                   BLOCK_SIZE=dims.block_size, HEAD_DIM=dims.head_dim,
+                                   HEAD_DIM_PAD=triton.next_power_of_2(dims.head_dim))

@@ -1,0 +1,97 @@
+"""Decode attention through a page table, in one pass (chapter 7).
+
+At decode time each sequence has one new query token per head, and must read *all* of its cached
+K/V: the work is reading memory, so the kernel is built to read every K/V byte once.
+
+- One program per (sequence, KV head). With grouped-query attention, ``GROUP = num_heads //
+  num_kv_heads`` query heads share that KV head, so the program loads all of them as the rows of
+  one ``[GROUP_PAD, HEAD_DIM_PAD]`` tile and every K/V row it reads serves the whole group.
+- It walks the sequence ``TILE`` tokens at a time. Token ``t`` lives in block
+  ``block_tables[seq, t // BLOCK_SIZE]`` at offset ``t % BLOCK_SIZE``: the page table is one extra
+  load per token, and tiles need not line up with pages.
+- An online softmax keeps a running max ``m``, sum ``l`` and unnormalised output ``acc`` in fp32,
+  so scores are never stored and the sequence can be any length.
+- Masks on every ragged edge: tokens past ``seq_len`` (those slots may hold NaN), padded query rows,
+  padded head dimensions (head_dim 80 is padded to 128). A masked load never touches memory.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attend_tiles(q, q_pos, acc, m_i, l_i, start, end, table_row,
+                 key_cache, value_cache,
+                 stride_kb, stride_kt, stride_vb, stride_vt, kv_head_k, kv_head_v,
+                 scale,
+                 BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Fold tokens ``start .. end - 1`` of one sequence into an online softmax.
+
+    q [ROWS, HEAD_DIM_PAD] query rows; q_pos [ROWS] the position of each row's token (a row sees
+    keys at positions <= its own: causal); acc [ROWS, HEAD_DIM_PAD], m_i [ROWS], l_i [ROWS] fp32
+    running state. ``table_row`` points at the sequence's block table row; ``kv_head_k`` /
+    ``kv_head_v`` are the KV head's offsets inside a cache row. Returns the new (acc, m_i, l_i).
+    """
+    offs_t = tl.arange(0, TILE)                                    # [TILE]
+    offs_d = tl.arange(0, HEAD_DIM_PAD)                            # [HEAD_DIM_PAD]
+    d_ok = offs_d < HEAD_DIM
+    for tile_start in range(start, end, TILE):
+        pos = tile_start + offs_t                                  # [TILE] token positions
+        t_ok = pos < end
+        # the page table: which block holds each token (int64 so block * stride cannot overflow)
+        block = tl.load(table_row + pos // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
+        offset = (pos % BLOCK_SIZE).to(tl.int64)
+        kv_mask = t_ok[:, None] & d_ok[None, :]                    # [TILE, HEAD_DIM_PAD]
+        k = tl.load(key_cache + (block * stride_kb + offset * stride_kt + kv_head_k)[:, None]
+                    + offs_d[None, :], mask=kv_mask, other=0.0)    # [TILE, HEAD_DIM_PAD]
+        v = tl.load(value_cache + (block * stride_vb + offset * stride_vt + kv_head_v)[:, None]
+                    + offs_d[None, :], mask=kv_mask, other=0.0)    # [TILE, HEAD_DIM_PAD]
+
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale   # [ROWS, TILE] fp32
+        visible = t_ok[None, :] & (pos[None, :] <= q_pos[:, None])               # [ROWS, TILE]
+        scores = tl.where(visible, scores, float("-inf"))
+
+        # online softmax: rescale what we have by exp(old max - new max), then add this tile
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))            # [ROWS]
+        alpha = tl.exp(m_i - m_new)                                # [ROWS]
+        p = tl.exp(scores - m_new[:, None])                        # [ROWS, TILE]
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def decode_kernel(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                  stride_qs, stride_qh, stride_os, stride_oh,
+                  stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
+                  GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+                  BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """out[seq, heads of kv_head] = softmax(q K^T * scale) V over the sequence's cached tokens.
+
+    Grid: (num_seqs, num_kv_heads). query and out are [num_seqs, num_heads, head_dim].
+    """
+    seq = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1).to(tl.int64)
+    seq_len = tl.load(seq_lens + seq)
+
+    rows = tl.arange(0, GROUP_PAD)                                 # [GROUP_PAD] rows of the group
+    heads = kv_head * GROUP + rows                                 # their query heads
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q_mask = (rows < GROUP)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    q = tl.load(query + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=q_mask, other=0.0)                            # [GROUP_PAD, HEAD_DIM_PAD]
+    q_pos = tl.full([GROUP_PAD], 0, tl.int32) + seq_len - 1       # the new token is the last one
+
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], dtype=tl.float32)
+    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc, m_i, l_i = attend_tiles(q, q_pos, acc, m_i, l_i, 0, seq_len, block_tables + seq * stride_bt,
+                                 key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
+                                 kv_head * stride_kh, kv_head * stride_vh, scale,
+                                 BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
+
+    result = acc / l_i[:, None]                                    # [GROUP_PAD, HEAD_DIM_PAD]
+    tl.store(out + seq * stride_os + heads[:, None] * stride_oh + offs_d[None, :],
+             result.to(out.dtype.element_ty), mask=q_mask)

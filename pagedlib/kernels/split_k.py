@@ -1,0 +1,88 @@
+"""Split-K decode attention, a.k.a. flash-decoding (chapter 8).
+
+With a small batch the single-pass kernel launches only ``num_seqs * num_kv_heads`` programs: too
+few to keep a GPU's streaming multiprocessors busy while each walks a long sequence alone. So split
+each sequence's tokens into ``num_splits`` ranges and give each range its own program:
+
+1. ``split_kernel`` runs the same online softmax as the single pass (``attend_tiles``) over its
+   range and stores the range's normalised output and its log-sum-exp ``lse = m + log(l)``.
+2. ``merge_kernel`` combines the ranges: softmax over all tokens equals the ranges' outputs
+   weighted by ``exp(lse_i - max lse)``, normalised. A range past the end of a short sequence
+   is empty (``lse = -inf``) and gets weight 0.
+"""
+import triton
+import triton.language as tl
+
+from .decode import attend_tiles
+
+
+@triton.jit
+def split_kernel(partial_out, partial_lse, query, key_cache, value_cache, block_tables, seq_lens,
+                 scale, num_splits,
+                 stride_qs, stride_qh,
+                 stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
+                 GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Attention of one GQA group over one range of one sequence's tokens.
+
+    Grid: (num_seqs, num_kv_heads, num_splits). Writes partial_out [num_seqs, num_heads,
+    num_splits, HEAD_DIM_PAD] and partial_lse [num_seqs, num_heads, num_splits], both fp32.
+    """
+    seq = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens + seq)
+
+    # this split's token range: equal shares, rounded up to whole tiles
+    share = tl.cdiv(tl.cdiv(seq_len, num_splits), TILE) * TILE
+    start = split * share
+    end = tl.minimum(start + share, seq_len)                       # start >= end: an empty split
+
+    rows = tl.arange(0, GROUP_PAD)
+    heads = kv_head * GROUP + rows                                 # [GROUP_PAD]
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    row_ok = rows < GROUP
+    q = tl.load(query + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0)   # [GROUP_PAD, HEAD_DIM_PAD]
+    q_pos = tl.full([GROUP_PAD], 0, tl.int32) + seq_len - 1
+
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], dtype=tl.float32)
+    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc, m_i, l_i = attend_tiles(q, q_pos, acc, m_i, l_i, start, end, block_tables + seq * stride_bt,
+                                 key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
+                                 kv_head * stride_kh, kv_head * stride_vh, scale,
+                                 BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
+
+    has_tokens = l_i > 0                                           # [GROUP_PAD]; False for an empty split
+    result = tl.where(has_tokens[:, None], acc / tl.where(has_tokens, l_i, 1.0)[:, None], 0.0)
+    lse = tl.where(has_tokens, m_i + tl.log(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
+
+    row = (seq * GROUP * tl.num_programs(1) + heads) * num_splits + split          # [GROUP_PAD]
+    tl.store(partial_out + row[:, None] * HEAD_DIM_PAD + offs_d[None, :], result, mask=row_ok[:, None])
+    tl.store(partial_lse + row, lse, mask=row_ok)
+
+
+@triton.jit
+def merge_kernel(out, partial_out, partial_lse, num_splits, stride_os, stride_oh,
+                 SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    """out[seq, head] = sum_i w_i * partial_out_i with w = softmax(lse) over the splits.
+
+    Grid: (num_seqs, num_heads).
+    """
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64)
+    row = seq * tl.num_programs(1) + head                          # (seq, head) row of the partials
+
+    splits = tl.arange(0, SPLITS_PAD)                              # [SPLITS_PAD]
+    offs_d = tl.arange(0, HEAD_DIM_PAD)                            # [HEAD_DIM_PAD]
+    split_ok = splits < num_splits
+    lse = tl.load(partial_lse + row * num_splits + splits, mask=split_ok, other=float("-inf"))
+    weight = tl.exp(lse - tl.max(lse, axis=0))                     # [SPLITS_PAD]; empty splits get 0
+    weight = weight / tl.sum(weight, axis=0)
+    parts = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM_PAD + offs_d[None, :],
+                    mask=split_ok[:, None], other=0.0)             # [SPLITS_PAD, HEAD_DIM_PAD]
+    result = tl.sum(weight[:, None] * parts, axis=0)               # [HEAD_DIM_PAD]
+    tl.store(out + seq * stride_os + head * stride_oh + offs_d, result.to(out.dtype.element_ty),
+             mask=offs_d < HEAD_DIM)
