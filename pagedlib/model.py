@@ -144,9 +144,8 @@ class Block(nn.Module):
         write_kv, paged_prefill, paged_attention = _kernels(backend)
         num_tokens = x.shape[0]
         q, k, v = self.qkv(x).split(x.shape[-1], dim=-1)        # each [num_tokens, n_embd]
-        q = q.view(num_tokens, self.n_head, self.head_dim)      # [num_tokens, n_head, head_dim]
-        k = k.view(num_tokens, self.n_head, self.head_dim)
-        v = v.view(num_tokens, self.n_head, self.head_dim)
+        q, k, v = (t.reshape(num_tokens, self.n_head, self.head_dim).contiguous()
+                   for t in (q, k, v))                          # each [num_tokens, n_head, head_dim]
         key_cache, value_cache = cache
         write_kv(k, v, key_cache, value_cache, batch.slot_mapping)   # the new tokens join the cache
         if batch.is_decode:   # one query per sequence: num_tokens == num_seqs
