@@ -20,17 +20,19 @@ def write_kv_kernel(key, value, key_cache, value_cache, slot_mapping,
     Grid: (num_tokens,). key, value [num_tokens, num_kv_heads, head_dim]; slot_mapping [num_tokens].
     """
     token = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_mapping + token).to(tl.int64)
-    block = slot // BLOCK_SIZE                                     # which page
-    offset = slot % BLOCK_SIZE                                     # which row of the page
-
     heads = tl.arange(0, HEADS_PAD)                                # [HEADS_PAD]
     offs_d = tl.arange(0, HEAD_DIM_PAD)                            # [HEAD_DIM_PAD]
-    mask = (slot >= 0) & (heads < NUM_KV_HEADS)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    # the token's slot, repeated for each head row: [HEADS_PAD] (a tensor, so the mask below
+    # broadcasts cleanly; the interpreter mishandles a scalar `&` a tensor)
+    slot = tl.load(slot_mapping + token + heads * 0).to(tl.int64)
+    block = slot // BLOCK_SIZE                                     # which page
+    offset = slot % BLOCK_SIZE                                     # which row of the page
+    row_ok = (heads < NUM_KV_HEADS) & (slot >= 0)                  # slot -1: a padding token, skip
+    mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]          # [HEADS_PAD, HEAD_DIM_PAD]
 
     k = tl.load(key + token * stride_kt + heads[:, None] * stride_kh + offs_d[None, :], mask=mask)
     v = tl.load(value + token * stride_vt + heads[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    tl.store(key_cache + block * stride_ckb + offset * stride_ckt + heads[:, None] * stride_ckh
+    tl.store(key_cache + (block * stride_ckb + offset * stride_ckt)[:, None] + heads[:, None] * stride_ckh
              + offs_d[None, :], k, mask=mask)                      # [HEADS_PAD, HEAD_DIM_PAD]
-    tl.store(value_cache + block * stride_cvb + offset * stride_cvt + heads[:, None] * stride_cvh
+    tl.store(value_cache + (block * stride_cvb + offset * stride_cvt)[:, None] + heads[:, None] * stride_cvh
              + offs_d[None, :], v, mask=mask)
