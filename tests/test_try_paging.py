@@ -1,0 +1,503 @@
+"""The "Try it" page (book/try-paging.md + _static/try-paging.{js,css}) in a real, headless Chromium.
+
+The test builds a one-page book with Jupyter Book (about 3 s), opens it from ``file://`` and drives it
+the way a reader does (clicks, arrow keys, typing) over the Chrome DevTools Protocol, through a small
+client on top of ``websocket-client``. Every number the page shows is compared with
+``pagedlib.reserve_max_plan`` / ``pagedlib.paged_plan``. Screenshots of every state land in
+``artifacts/try-paging/`` (look at them).
+
+Chromium comes from Debian: ``bash scripts/ensure_chromium.sh`` installs it (``make test`` calls it).
+Without it these tests fail; they never skip.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import websocket
+
+import pagedlib
+from pagedlib.plots.style import COLORS
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "book" / "try-paging.md"
+STATIC = [ROOT / "_static" / "try-paging.js", ROOT / "_static" / "try-paging.css"]
+ARTIFACTS = ROOT / "artifacts" / "try-paging"
+SEED = [512, 37, 1900, 128, 4]
+MAX_LEN, POOL = 2048, 40960
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-extensions", "--hide-scrollbars", "--mute-audio",
+                  "--remote-debugging-port=0", "--window-size=1100,900"]
+# Console errors that Jupyter Book 1.x's theme stack prints on EVERY page of the book, whatever the page
+# holds; they are not this widget's. Each is matched exactly; anything else fails the test.
+#  - Sphinx 7.4 writes inline scripts that extensions add after the builder starts twice, so
+#    sphinx-thebe's `const THEBE_JS_URL = ...` is declared twice (a SyntaxError in the page's <head>).
+#  - pydata-sphinx-theme logs "Got invalid theme mode" on a first visit (empty localStorage) unless
+#    `html_context: {default_mode: auto}` is set.
+THEME_NOISE = ("SyntaxError: Identifier 'THEBE_JS_URL' has already been declared",
+               "Got invalid theme mode: . Resetting to auto.")
+KEYS = {"ArrowRight": 39, "ArrowLeft": 37, "ArrowUp": 38, "ArrowDown": 40, "Home": 36, "End": 35,
+        "Tab": 9, "Enter": 13, " ": 32}
+
+
+# ---- a tiny Chrome DevTools Protocol client ------------------------------------------------------
+class Chromium:
+    """One headless Chromium with one page, driven over the DevTools protocol.
+
+    ``call(method, **params)`` sends a command and returns its result; events that arrive meanwhile
+    are kept in ``events`` (console messages, exceptions, network requests).
+    """
+
+    def __init__(self, binary: str, profile: Path):
+        self.proc = subprocess.Popen([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
+                self.close()
+                raise RuntimeError(f"chromium did not start its DevTools endpoint: {err[-2000:]}")
+            time.sleep(0.05)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
+            targets = [t for t in json.load(reply) if t["type"] == "page"]
+        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=30,
+                                              suppress_origin=True)
+        self.ids = itertools.count(1)
+        self.events: list[dict] = []
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+
+    def call(self, method: str, **params) -> dict:
+        msg_id = next(self.ids)
+        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == msg_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method} failed: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def wait_for_event(self, method: str, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        seen = len(self.events)
+        while time.monotonic() < deadline:
+            for event in self.events[seen:]:
+                if event["method"] == method:
+                    return event
+            seen = len(self.events)
+            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
+            msg = json.loads(self.ws.recv())
+            if "method" in msg:
+                self.events.append(msg)
+        raise TimeoutError(f"no {method} within {timeout} s")
+
+    def open(self, url: str) -> None:
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        self.wait_for_event("Page.loadEventFired")
+
+    def js(self, expression: str):
+        """Evaluate JavaScript in the page; returns its value (must be JSON-serialisable)."""
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"JavaScript error in {expression!r}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def key(self, key: str) -> None:
+        """Press and release one key, as a keyboard would (it goes to the focused element)."""
+        code = {" ": "Space"}.get(key, key)
+        common = {"key": key, "code": code, "windowsVirtualKeyCode": KEYS[key],
+                  "nativeVirtualKeyCode": KEYS[key]}
+        down = {"type": "keyDown", **common}
+        if key in ("Enter", " "):
+            down.update(text="\r" if key == "Enter" else " ")
+        self.call("Input.dispatchKeyEvent", **down)
+        self.call("Input.dispatchKeyEvent", type="keyUp", **common)
+
+    def type_text(self, text: str) -> None:
+        self.call("Input.insertText", text=text)
+
+    def click(self, selector: str) -> None:
+        """A real mouse click in the middle of the element."""
+        box = self.js(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
+            e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
+            return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+
+    def viewport(self, width: int, height: int, mobile: bool = False) -> None:
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=mobile)
+
+    def screenshot(self, path: Path, selector: str | None = None) -> None:
+        params = {"format": "png", "captureBeyondViewport": True}
+        if selector:
+            rect = self.js(f"""(() => {{ const r = document.querySelector({json.dumps(selector)})
+                .getBoundingClientRect(); return [r.x + scrollX, r.y + scrollY, r.width, r.height]; }})()""")
+            pad = 8
+            params["clip"] = {"x": max(rect[0] - pad, 0), "y": max(rect[1] - pad, 0),
+                              "width": rect[2] + 2 * pad, "height": rect[3] + 2 * pad, "scale": 1}
+        data = self.call("Page.captureScreenshot", **params)["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+
+    def problems(self, ignore: tuple[str, ...] = THEME_NOISE) -> list[str]:
+        """Console errors and warnings, uncaught exceptions and failed loads since the page opened,
+        except those that contain one of the `ignore` texts."""
+        out = []
+        for e in self.events:
+            p = e.get("params", {})
+            if e["method"] == "Runtime.exceptionThrown":
+                details = p["exceptionDetails"]
+                out.append(f"exception: {details.get('exception', {}).get('description', details.get('text'))} "
+                           f"at {details.get('url', '')}:{details.get('lineNumber')}")
+            elif e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "warning", "assert"):
+                out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
+            elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+                out.append(f"log {p['entry']['level']}: {p['entry']['text']} {p['entry'].get('url', '')}")
+            elif e["method"] == "Network.loadingFailed":
+                out.append(f"failed load: {p.get('errorText')} ({p.get('type')})")
+        return [line for line in out if not any(text in line for text in ignore)]
+
+    def requested_urls(self) -> list[str]:
+        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
+
+    def close(self) -> None:
+        ws = getattr(self, "ws", None)
+        if ws is not None:
+            ws.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def find_chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+# ---- fixtures --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def built_page(tmp_path_factory) -> Path:
+    """Build a one-page Jupyter Book holding just the "Try it" page; return the page's HTML file."""
+    book = tmp_path_factory.mktemp("try-paging-book")
+    (book / "book").mkdir()
+    (book / "_static").mkdir()
+    shutil.copy(PAGE, book / "book" / PAGE.name)
+    for asset in STATIC:
+        shutil.copy(asset, book / "_static" / asset.name)
+    (book / "_config.yml").write_text('title: Try paging (test build)\nonly_build_toc_files: true\n'
+                                      'execute:\n  execute_notebooks: "off"\n')
+    (book / "_toc.yml").write_text("format: jb-book\nroot: book/try-paging\n")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    run = subprocess.run([str(jb), "build", str(book), "-W", "-n", "--keep-going"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"jupyter-book build failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    html = book / "_build" / "html" / "book" / "try-paging.html"
+    assert html.exists(), f"the build did not write {html}"
+    for asset in STATIC:
+        assert (book / "_build" / "html" / "_static" / asset.name).exists(), f"{asset.name} was not copied"
+    return html
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary = find_chromium()
+    if binary is None:
+        pytest.fail("chromium is not installed: run `bash scripts/ensure_chromium.sh` (make test does)")
+    with tempfile.TemporaryDirectory(prefix="try-paging-chromium-") as profile:
+        b = Chromium(binary, Path(profile))
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser, built_page):
+    """The page, freshly loaded at a desktop width; fails the test if the console saw any problem."""
+    browser.viewport(1100, 900)
+    browser.open(built_page.as_uri())
+    assert browser.js("!!document.querySelector('.tp.tp-ready')"), "the widget did not start"
+    yield browser
+    browser.js("0")   # collect the events still in flight
+    assert browser.problems() == [], "the browser console reported problems"
+
+
+# ---- reading the page ----------------------------------------------------------------------------
+def shown(b: Chromium) -> dict:
+    """The numbers on the page, as text and as the raw values the page computed."""
+    return b.js("""(() => { const out = {};
+        for (const id of ['used', 'allocated', 'waste', 'capacity', 'ratio', 'page-size-value']) {
+            const e = document.querySelector(`[data-testid="${id}"]`);
+            out[id] = e.textContent; out[id + ':value'] = e.getAttribute('data-value'); }
+        const m = document.querySelector('[data-testid="message"]');
+        out.message = m.hidden ? '' : m.textContent;
+        out.mode = document.querySelector('[data-testid="mode-paged"]').checked ? 'paged' : 'reserve';
+        out.rows = document.querySelectorAll('.tp-row').length;
+        return out; })()""")
+
+
+def expected(lengths, mode: str, page_size: int = 16, max_len: int = MAX_LEN, pool: int = POOL) -> dict:
+    """What the page must show, from pagedlib."""
+    reserve = pagedlib.reserve_max_plan(lengths, max_len)
+    plan = pagedlib.paged_plan(lengths, page_size) if mode == "paged" else reserve
+    capacity = plan.capacity(pool)
+    return {"used": plan.used, "allocated": plan.allocated, "waste": plan.waste, "capacity": capacity,
+            "ratio": capacity / reserve.capacity(pool)}
+
+
+def number(text: str) -> float:
+    return float(re.sub(r"[,%\u00d7\s]", "", text))
+
+
+def assert_matches(got: dict, want: dict) -> None:
+    assert int(number(got["used"])) == want["used"]
+    assert int(number(got["allocated"])) == want["allocated"]
+    assert int(number(got["capacity"])) == want["capacity"]
+    assert got["waste"] == f"{want['waste'] * 100:.1f}%", (got["waste"], want["waste"])
+    assert abs(number(got["ratio"]) - want["ratio"]) <= 0.05 + 1e-9, (got["ratio"], want["ratio"])
+    # the values behind the text, exactly
+    assert abs(float(got["waste:value"]) - want["waste"]) < 1e-12
+    assert abs(float(got["ratio:value"]) - want["ratio"]) < 1e-12
+
+
+def focus(b: Chromium, testid: str) -> None:
+    b.js(f"document.querySelector('[data-testid=\"{testid}\"]').focus()")
+
+
+def set_lengths(b: Chromium, text: str) -> None:
+    """Select the lengths box, type `text` and press Enter, as a reader does."""
+    focus(b, "lengths")
+    b.js("document.querySelector('[data-testid=\"lengths\"]').select()")
+    b.type_text(text)
+    b.key("Enter")
+
+
+def shot(b: Chromium, name: str) -> None:
+    b.screenshot(ARTIFACTS / f"{name}.png", selector=".tp")
+
+
+# ---- tests -------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_default_state_is_the_seed_lesson_in_reserve_max(page):
+    got = shown(page)
+    assert got["mode"] == "reserve" and got["rows"] == 5 and got["message"] == ""
+    assert (got["waste"], got["capacity"], got["allocated"], got["used"]) == ("74.8%", "20", "10,240", "2,581")
+    assert_matches(got, expected(SEED, "reserve"))
+    # every reserve-max row is K/V plus hatched padding, filling the whole max length
+    pads = page.js("""[...document.querySelectorAll('.tp-row .tp-padding')].map(e =>
+        [Number(e.dataset.slots), getComputedStyle(e).backgroundImage])""")
+    assert [slots for slots, _ in pads] == [MAX_LEN - n for n in SEED]
+    assert all("repeating-linear-gradient" in image for _, image in pads), "padding must be hatched"
+    shot(page, "01-reserve-max-default")
+
+
+@pytest.mark.slow
+def test_paged_at_16_collapses_the_rows(page):
+    page.click('[data-testid="mode-paged"]')
+    got = shown(page)
+    assert got["mode"] == "paged" and got["page-size-value"] == "16"
+    assert (got["waste"], got["capacity"], got["allocated"]) == ("1.0%", "78", "2,608")
+    assert got["ratio"] == "3.9\u00d7"
+    assert_matches(got, expected(SEED, "paged", 16))
+    tails = page.js("[...document.querySelectorAll('.tp-row .tp-tail')].map(e => Number(e.dataset.slots))")
+    assert tails == [pagedlib.pages_for(n, 16) * 16 - n for n in SEED if n % 16]
+    assert page.js("document.querySelectorAll('.tp-row .tp-padding').length") == 0
+    shot(page, "02-paged-16")
+
+
+@pytest.mark.slow
+def test_slider_moves_by_keyboard_and_waste_follows_pagedlib(page):
+    page.click('[data-testid="mode-paged"]')
+    focus(page, "page-size")
+    page.key("Home")
+    sizes = []
+    for step in range(12):
+        got = shown(page)
+        size = int(got["page-size-value"])
+        assert size == 2 ** step
+        assert page.js("document.querySelector('[data-testid=\"page-size\"]').getAttribute('aria-valuetext')") \
+            .startswith(f"{size} token")
+        assert_matches(got, expected(SEED, "paged", size))
+        sizes.append((size, float(got["waste:value"])))
+        if size in (1, 64, 256, 2048):
+            shot(page, f"03-paged-page-{size:04d}")
+        page.key("ArrowRight")
+    assert shown(page)["page-size-value"] == "2048", "the slider must stop at 2,048"
+    wastes = [w for _, w in sizes]
+    assert wastes == sorted(wastes), "waste must creep back as pages grow"
+    assert wastes[0] == 0.0
+
+
+@pytest.mark.slow
+def test_custom_and_random_lengths_match_pagedlib(page):
+    page.click('[data-testid="mode-paged"]')
+    custom = [3, 700, 41, 2048, 17, 1]
+    set_lengths(page, ", ".join(map(str, custom)))
+    assert shown(page)["rows"] == len(custom)
+    assert_matches(shown(page), expected(custom, "paged", 16))
+    shot(page, "04-custom-lengths-paged-16")
+    page.click('[data-testid="mode-reserve"]')
+    assert_matches(shown(page), expected(custom, "reserve"))
+    # many random mixes and page sizes, typed into the page and compared with pagedlib
+    rng = random.Random(9)
+    page.click('[data-testid="mode-paged"]')
+    for trial in range(25):
+        lengths = [rng.choice([rng.randint(1, 64), rng.randint(1, MAX_LEN)]) for _ in range(rng.randint(1, 12))]
+        exponent = rng.randint(0, 11)
+        set_lengths(page, ",".join(map(str, lengths)))
+        page.js(f"""(() => {{ const s = document.querySelector('[data-testid="page-size"]');
+            s.disabled = false; s.value = {exponent}; s.dispatchEvent(new Event('input', {{bubbles: true}})); }})()""")
+        assert_matches(shown(page), expected(lengths, "paged", 2 ** exponent))
+    # the page's own "Random mix" button
+    page.click('[data-testid="random"]')
+    mix = [int(x) for x in page.js("document.querySelector('[data-testid=\"lengths\"]').value").split(",")]
+    got = shown(page)
+    assert got["message"] == "" and got["rows"] == len(mix)
+    assert_matches(got, expected(mix, "paged", int(got["page-size-value"])))
+    shot(page, "05-random-mix")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad, says", [
+    ("", "at least one request length"),
+    ("512, -5, 4", "cannot be negative"),
+    ("512, abc", "not a whole number"),
+    ("12.5", "not a whole number"),
+    ("512, 4096", "longer than the max length"),
+    ("512,,4", "is empty"),
+    ("0", "at least 1 token"),
+])
+def test_bad_lengths_show_a_message_and_keep_the_last_numbers(page, bad, says):
+    page.click('[data-testid="mode-paged"]')
+    good = [100, 200, 300]
+    set_lengths(page, "100, 200, 300")
+    before = shown(page)
+    assert_matches(before, expected(good, "paged"))
+    set_lengths(page, bad)
+    after = shown(page)
+    assert says in after["message"], after["message"]
+    assert page.js("document.querySelector('[data-testid=\"lengths\"]').getAttribute('aria-invalid')") == "true"
+    assert {k: v for k, v in after.items() if k != "message"} == {k: v for k, v in before.items() if k != "message"}
+    if bad == "512, abc":
+        shot(page, "06-bad-input")
+    # the page still works, and a good input clears the message
+    set_lengths(page, "64")
+    got = shown(page)
+    assert got["message"] == "" and got["rows"] == 1
+    assert_matches(got, expected([64], "paged"))
+
+
+@pytest.mark.slow
+def test_max_length_and_pool_size(page):
+    focus(page, "max-len")
+    page.js("document.querySelector('[data-testid=\"max-len\"]').select()")
+    page.type_text("4096")
+    page.key("Tab")                                       # leaving the field applies it (change event)
+    focus(page, "pool-size")
+    page.js("document.querySelector('[data-testid=\"pool-size\"]').select()")
+    page.type_text("100000")
+    page.key("Enter")
+    page.key("Tab")
+    assert_matches(shown(page), expected(SEED, "reserve", max_len=4096, pool=100000))
+    page.click('[data-testid="mode-paged"]')
+    assert_matches(shown(page), expected(SEED, "paged", 16, max_len=4096, pool=100000))
+    # a max length below the longest request is refused, and changes nothing
+    before = shown(page)
+    focus(page, "max-len")
+    page.js("document.querySelector('[data-testid=\"max-len\"]').select()")
+    page.type_text("1000")
+    page.key("Tab")
+    after = shown(page)
+    assert "shorter than the longest request" in after["message"]
+    assert after["allocated"] == before["allocated"] and after["capacity"] == before["capacity"]
+
+
+@pytest.mark.slow
+def test_keyboard_reaches_every_control_in_order_and_all_are_labelled(page):
+    page.click('[data-testid="mode-paged"]')
+    order = []
+    for _ in range(7):
+        page.key("Tab")
+        order.append(page.js("document.activeElement.getAttribute('data-testid')"))
+    assert order == ["page-size", "lengths", "apply", "random", "reset", "max-len", "pool-size"]
+    page.click('[data-testid="mode-reserve"]')
+    page.key("Tab")                                       # the slider is disabled in reserve-max: skipped
+    assert page.js("document.activeElement.getAttribute('data-testid')") == "lengths"
+    # arrow keys switch the layout radios, as in any radio group
+    focus(page, "mode-reserve")
+    page.key("ArrowRight")
+    assert shown(page)["mode"] == "paged"
+    focus(page, "page-size")
+    page.key("ArrowRight")
+    assert shown(page)["page-size-value"] == "32"
+    page.key("ArrowLeft")
+    page.key("ArrowLeft")
+    assert shown(page)["page-size-value"] == "8"
+    shot(page, "07-keyboard-focus")
+    unlabelled = page.js("""[...document.querySelectorAll('.tp input, .tp button')]
+        .filter(e => !(e.labels && e.labels.length) && !e.textContent.trim() && !e.getAttribute('aria-label'))
+        .map(e => e.dataset.testid)""")
+    assert unlabelled == []
+
+
+@pytest.mark.slow
+def test_phone_width_is_readable(page):
+    page.viewport(400, 900, mobile=True)
+    page.js("window.dispatchEvent(new Event('resize'))")
+    page.click('[data-testid="mode-paged"]')
+    width = page.js("document.querySelector('.tp').getBoundingClientRect().width")
+    overflow = page.js("""[...document.querySelectorAll('.tp *')].filter(e => {
+        const r = e.getBoundingClientRect(), w = document.querySelector('.tp').getBoundingClientRect();
+        return r.width > 0 && (r.right > w.right + 1 || r.left < w.left - 1); }).map(e => e.className || e.tagName)""")
+    assert 0 < width <= 400 and overflow == [], overflow
+    smallest = page.js("""Math.min(...[...document.querySelectorAll('.tp *')]
+        .filter(e => e.childNodes.length && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))
+        .map(e => parseFloat(getComputedStyle(e).fontSize)))""")
+    assert smallest >= 11, f"text as small as {smallest}px is hard to read on a phone"
+    shot(page, "08-phone-400px")
+
+
+@pytest.mark.slow
+def test_page_loads_nothing_from_the_network(page):
+    page.click('[data-testid="mode-paged"]')
+    page.click('[data-testid="random"]')
+    remote = [u for u in page.requested_urls() if not u.startswith(("file:", "data:", "blob:", "about:"))]
+    assert remote == []
+
+
+def test_css_colours_are_the_course_palette():
+    css = STATIC[1].read_text()
+    for name in ("kv", "tail", "padding", "free"):
+        match = re.search(rf"--tp-{name}:\s*(#[0-9A-Fa-f]{{6}})", css)
+        assert match, f"--tp-{name} is missing from {STATIC[1].name}"
+        assert match.group(1).lower() == COLORS[name].lower(), name
+
+
+def test_the_page_is_in_the_book_after_how_to_use():
+    toc = (ROOT / "_toc.yml").read_text()
+    files = re.findall(r"file:\s*(\S+)", toc)
+    assert "book/try-paging" in files
+    assert files.index("book/try-paging") == files.index("book/how-to-use") + 1
