@@ -20,6 +20,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -n $(JOBS) --dist loadfile tests notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600
 
