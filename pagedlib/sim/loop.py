@@ -1,0 +1,116 @@
+"""The step loop: first-come-first-served, iteration-level scheduling over one K/V pool.
+
+Each step (one engine iteration):
+
+1. requests that have arrived join the back of the queue;
+2. from the head of the queue, requests are admitted while the pool takes them (strict FCFS: when
+   the head does not fit, nobody behind it is tried);
+3. every running request, new ones included (their prompt is processed in the same step, as in
+   Orca's iteration-level batching), generates one token. Under the paged policy a request that
+   needs a page when none is free makes the loop preempt the newest running request: it goes back
+   to the head of the queue and is recomputed later;
+4. the meter records the pool and the batch size; finished requests give their memory back;
+5. the clock advances by the step's duration (only the arrivals depend on it).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .request import SimRequest
+from .result import Meter, SimResult
+from .timing import StepTime
+
+
+class StepLoop:
+    """One simulation: the queue, the running batch, the pool and the meter, advanced step by step."""
+
+    def __init__(self, requests: list[SimRequest], arrivals: np.ndarray, pool, step_time: StepTime):
+        for r in requests:
+            pool.check(r)
+        self.requests, self.arrivals, self.pool = requests, arrivals, pool
+        self.step_time = step_time
+        order = np.argsort(arrivals, kind="stable")
+        self.pending = deque(requests[i] for i in order)   # not arrived yet, by arrival time
+        self.waiting: deque[SimRequest] = deque()          # arrived, not running; head first
+        self.running: list[SimRequest] = []                # by admission, oldest first
+        self.meter = Meter(pool.kv_slots)
+        self.tokens = 0                                    # K/V tokens stored by running requests
+        self.clock, self.steps, self.preemptions, self.measuring = 0.0, 0, 0, True
+
+    def run(self) -> "StepLoop":
+        while self.pending or self.waiting or self.running:
+            self.step()
+        return self
+
+    def step(self) -> None:
+        """One engine iteration (or a jump of the clock to the next arrival if nothing is to do)."""
+        while self.pending and self.arrivals[self.pending[0].rid] <= self.clock:
+            self.waiting.append(self.pending.popleft())
+        if not self.running and not self.waiting:
+            self.clock = self.arrivals[self.pending[0].rid]
+            return
+        # the averages stop once every request has arrived and been admitted (the drain is left out)
+        self.measuring = self.measuring and bool(self.pending or self.waiting)
+        prefill = self.admit()
+        self.generate()
+        if self.measuring:
+            self.meter.record(self.tokens, self.pool, len(self.running))
+        self.finish()
+        self.clock += self.step_time(self.tokens, prefill)
+        self.steps += 1
+
+    def admit(self) -> int:
+        """Admit requests from the head of the queue while the pool takes them; return the number
+        of prompt tokens to prefill (a preempted request recomputes its generated tokens too)."""
+        prefill = 0
+        while self.waiting and self.pool.admit(self.waiting[0]):
+            r = self.waiting.popleft()
+            self.running.append(r)
+            self.tokens += r.stored
+            prefill += r.stored
+        return prefill
+
+    def generate(self) -> None:
+        """One token for every running request, oldest first, preempting the newest if needed."""
+        i = 0
+        while i < len(self.running):
+            r = self.running[i]
+            if self.pool.make_room(r):
+                r.generated += 1
+                self.tokens += 1
+                i += 1
+            else:
+                self.preempt(self.running.pop())           # the newest; may be r itself
+
+    def preempt(self, r: SimRequest) -> None:
+        """Evict ``r``: free its memory and put it back at the head of the queue (recompute)."""
+        self.pool.release(r)
+        self.tokens -= r.stored
+        r.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+
+    def finish(self) -> None:
+        """Release the requests that have generated their whole output."""
+        if not any(r.done for r in self.running):
+            return
+        for r in self.running:
+            if r.done:
+                self.pool.release(r)
+                self.tokens -= r.stored
+                r.finish_step = self.steps
+        self.running = [r for r in self.running if not r.done]
+
+    def result(self, policy: str, block_size: int) -> SimResult:
+        """The measured averages, as a :class:`SimResult`."""
+        s, m = self.meter.shares(), self.meter
+        return SimResult(
+            policy=policy, kv_slots=self.pool.kv_slots, block_size=block_size,
+            token_frac=s["token"], reservation_frac=s["reservation"], internal_frac=s["internal"],
+            rounding_frac=s["rounding"], free_frac=s["free"],
+            avg_batch=m.batch_sum / max(1, m.steps), steps=m.steps, total_steps=self.steps,
+            seconds=self.clock, preemptions=self.preemptions, peak_held=m.peak_held,
+            generated=np.array([r.generated for r in self.requests], dtype=np.int64),
+            finish_steps=np.array([r.finish_step for r in self.requests], dtype=np.int64))

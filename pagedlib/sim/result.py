@@ -1,0 +1,97 @@
+"""What a simulation measures: time-averaged shares of the K/V pool, and the batch size.
+
+Every slot of the pool is, at each step, in exactly one of five states:
+
+- **token**: holds the K/V of a token a request has (prompt or generated);
+- **reservation**: set aside for a token the request will still generate;
+- **internal** fragmentation: set aside for the request but never used (it finishes first);
+- **rounding**: the allocator's own waste (a buddy block bigger than the reservation inside it);
+- **free**: in nobody's hands.
+
+The paper's Figure 2 counts rounding and free together as "external fragmentation and other".
+Averages are over steps (one step = one engine iteration), up to the step where the last request is
+admitted: the drain at the end, where the pool empties because no one is left to wait, is left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SHARES = ("token", "reservation", "internal", "rounding", "free")
+
+
+class Meter:
+    """Adds up, step by step, the slots in each state and the number of running requests."""
+
+    def __init__(self, kv_slots: int):
+        self.kv_slots = kv_slots
+        self.sums = dict.fromkeys(SHARES, 0)
+        self.batch_sum = self.steps = self.peak_held = 0
+
+    def record(self, tokens: int, pool, batch: int) -> None:
+        """One step: ``tokens`` stored by the running requests, the pool's accounting, the batch."""
+        s = self.sums
+        s["token"] += tokens
+        s["reservation"] += pool.useful - tokens
+        s["internal"] += pool.reserved - pool.useful
+        s["rounding"] += pool.held - pool.reserved
+        s["free"] += self.kv_slots - pool.held
+        self.batch_sum += batch
+        self.steps += 1
+        self.peak_held = max(self.peak_held, pool.held)
+
+    def shares(self) -> dict[str, float]:
+        """Time-averaged share of the pool in each state (they sum to 1)."""
+        total = max(1, self.steps) * self.kv_slots
+        return {k: v / total for k, v in self.sums.items()}
+
+
+@dataclass
+class SimResult:
+    """The outcome of :func:`pagedlib.sim.simulate`.
+
+    Shares of the pool (time averages, summing to 1): ``token_frac``, ``reservation_frac``,
+    ``internal_frac`` and ``external_frac`` (= ``rounding_frac + free_frac``). ``avg_batch`` is the
+    average number of running requests. ``steps`` counts the measured steps, ``total_steps`` all of
+    them; ``seconds`` is the simulated time at the end, ``preemptions`` how often a request was
+    evicted, ``generated[i]`` the tokens request i produced (its full output once finished).
+    """
+
+    policy: str
+    kv_slots: int
+    block_size: int
+    token_frac: float
+    reservation_frac: float
+    internal_frac: float
+    rounding_frac: float
+    free_frac: float
+    avg_batch: float
+    steps: int
+    total_steps: int
+    seconds: float
+    preemptions: int
+    peak_held: int
+    generated: np.ndarray = field(repr=False)
+    finish_steps: np.ndarray = field(repr=False)
+
+    @property
+    def external_frac(self) -> float:
+        """External fragmentation and other: the buddy's rounding plus free slots (Figure 2's term)."""
+        return self.rounding_frac + self.free_frac
+
+    @property
+    def waste_frac(self) -> float:
+        """Everything that is not a stored token."""
+        return 1.0 - self.token_frac
+
+    def shares(self) -> dict[str, float]:
+        """The four shares of the paper's Figure 2, by name."""
+        return {"token": self.token_frac, "reservation": self.reservation_frac,
+                "internal": self.internal_frac, "external": self.external_frac}
+
+    def __str__(self) -> str:
+        s = self.shares()
+        return (f"{self.policy:>6}: token {s['token']:6.1%}  reservation {s['reservation']:6.1%}  "
+                f"internal {s['internal']:6.1%}  external {s['external']:6.1%}  "
+                f"batch {self.avg_batch:6.2f}  preemptions {self.preemptions}")

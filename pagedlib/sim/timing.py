@@ -1,0 +1,45 @@
+"""How long one engine step takes: the clock that turns Poisson arrivals (per second) into steps.
+
+A decoding step of a big model is memory-bound: it reads all the weights once, plus the K/V of every
+token stored for the running requests; prefilling a prompt is compute-bound. So a step costs
+
+    seconds = weights_s + per_kv_token_s * kv_tokens + per_prefill_token_s * prefill_tokens
+
+``StepTime.roofline`` derives the three numbers from the model and the GPU, and an ``efficiency``: the
+share of peak bandwidth and FLOP/s that a real engine reaches. ``OPT13B_A100`` is the paper's setup
+with efficiency 0.5, our assumption (not fitted to the paper), about 33 ms for a step of 30 requests
+holding 14K tokens. The memory results (Figure 2, Figure 13 on ShareGPT) barely depend on it: at
+2 requests/s every policy is limited by memory, not by time, for any efficiency below about 0.8.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB, GB, TB = 1024, 10**9, 10**12
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per step: ``weights_s + per_kv_token_s * kv_tokens + per_prefill_token_s * prefill``."""
+
+    weights_s: float
+    per_kv_token_s: float
+    per_prefill_token_s: float
+
+    def __call__(self, kv_tokens: int, prefill_tokens: int = 0) -> float:
+        return (self.weights_s + self.per_kv_token_s * kv_tokens
+                + self.per_prefill_token_s * prefill_tokens)
+
+    @classmethod
+    def roofline(cls, num_params: float, kv_bytes_per_token: float, bandwidth: float, flops: float,
+                 efficiency: float = 0.5, bytes_per_param: int = 2) -> "StepTime":
+        """From the model (parameters, K/V bytes per token) and the GPU (bytes/s, FLOP/s)."""
+        if not 0 < efficiency <= 1:
+            raise ValueError(f"efficiency must be in (0, 1]; got {efficiency}")
+        return cls(weights_s=num_params * bytes_per_param / (bandwidth * efficiency),
+                   per_kv_token_s=kv_bytes_per_token / (bandwidth * efficiency),
+                   per_prefill_token_s=2 * num_params / (flops * efficiency))
+
+
+# OPT-13B (12.85B parameters, fp16, 800 KiB of K/V per token) on an A100-40GB (1.555 TB/s, 312 TFLOP/s)
+OPT13B_A100 = StepTime.roofline(12.85e9, 800 * KiB, 1.555 * TB, 312 * TB, efficiency=0.5)
