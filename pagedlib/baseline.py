@@ -1,0 +1,93 @@
+"""The baselines the engine is compared with (chapters 9 and 10), on the same model and workload.
+
+- :class:`ReserveMaxLLM`: the same engine loop and the same paged kernels, but the admission rule of
+  pre-paging servers: a request is admitted only if ``max_len`` token slots can be *reserved* for it,
+  whatever its real length. The reservation is never exceeded, so it never preempts, and it holds
+  ``budget // max_len`` requests at most: the capacity that paging wins back.
+- :func:`hf_static_generate`: ``transformers``' own ``generate`` over static batches: a batch's prompts
+  are left-padded to its longest, and every request runs until the batch's longest output is done.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence as Seq
+
+import torch
+
+from .capacity import pages_for
+from .engine import LLM, SamplingParams
+from .model import GPT2
+from .scheduler import Scheduler, Sequence
+
+
+class ReserveMaxScheduler(Scheduler):
+    """Admits a sequence only if ``max_len`` slots (whole blocks) can be reserved for it."""
+
+    def __init__(self, block_manager, max_num_seqs: int, max_len: int):
+        super().__init__(block_manager, max_num_seqs)
+        self.blocks_per_seq = pages_for(max_len, block_manager.block_size)
+        self.reserved_blocks = 0
+
+    def can_admit(self, seq: Sequence) -> bool:
+        need = seq.num_samples * self.blocks_per_seq      # n samples reserve n times: nothing is shared
+        return self.reserved_blocks + need <= self.block_manager.num_blocks
+
+    def on_admit(self, seq: Sequence) -> None:
+        self.reserved_blocks += self.blocks_per_seq
+
+    def on_release(self, seq: Sequence) -> None:
+        self.reserved_blocks -= self.blocks_per_seq
+
+
+class ReserveMaxLLM(LLM):
+    """:class:`~pagedlib.LLM` with reserve-max admission: each running request holds ``max_len`` slots
+    (default: the model's context). Same model, kernels and outputs; fewer requests at once."""
+
+    def __init__(self, model: GPT2, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
+                 max_len: int | None = None):
+        self.max_len = max_len or model.config.n_positions
+        super().__init__(model, num_blocks, block_size, max_num_seqs, enable_prefix_caching=False)
+
+    def make_scheduler(self) -> Scheduler:
+        return ReserveMaxScheduler(self.block_manager, self.max_num_seqs, self.max_len)
+
+    def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
+        tokens = super().check_request(index, prompt, params)
+        if len(tokens) + params.max_new_tokens > self.max_len:
+            raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
+                             f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
+                             "raise max_len.")
+        if pages_for(self.max_len, self.block_size) > self.num_blocks:
+            raise ValueError(f"one reservation of max_len = {self.max_len} tokens needs more than the whole "
+                             f"cache ({self.num_blocks} blocks of {self.block_size}); raise num_blocks.")
+        return tokens
+
+
+def hf_static_generate(hf_model, prompts: Seq[Seq[int]], max_new_tokens: int | Seq[int], batch_size: int,
+                       pad_token_id: int = 0) -> tuple[list[list[int]], dict]:
+    """Greedy generation with ``transformers``' ``generate`` in static batches of ``batch_size``.
+
+    Each batch is left-padded to its longest prompt and runs for its largest ``max_new_tokens``; each
+    request's output is then cut to its own ``max_new_tokens``. Returns the outputs and a dict with
+    ``tokens_generated`` (useful tokens), ``tokens_computed`` (including the padded and surplus ones),
+    ``elapsed_s`` and ``tokens_per_s`` (useful tokens per second).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    device = next(hf_model.parameters()).device
+    outputs, computed, start = [], 0, time.perf_counter()
+    for first in range(0, len(prompts), batch_size):
+        batch, want = prompts[first:first + batch_size], budgets[first:first + batch_size]
+        width, steps = max(len(p) for p in batch), max(want)
+        ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
+        with torch.inference_mode():                       # ids, mask: [batch, width], left-padded
+            out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=steps,
+                                    do_sample=False, pad_token_id=pad_token_id, eos_token_id=None)
+        outputs += [row[width:width + n].tolist() for row, n in zip(out, want)]
+        computed += len(batch) * (width + steps)
+    elapsed = time.perf_counter() - start
+    useful = sum(budgets)
+    return outputs, {"tokens_generated": useful, "tokens_computed": computed, "elapsed_s": elapsed,
+                     "tokens_per_s": useful / elapsed}

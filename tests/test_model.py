@@ -1,0 +1,153 @@
+"""pagedlib.model: GPT-2 over the paged cache gives transformers' logits, whatever the layout."""
+import pytest
+import torch
+
+import pagedlib
+from pagedlib import model as model_mod
+from pagedlib.model import GPT2, PagedBatch
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+def tiny_hf(n_head=4, vocab=300, n_layer=2, n_embd=64, seed=0, **extra):
+    """A random-initialised small GPT2LMHeadModel (fp32, eager attention)."""
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
+                                     n_positions=128, attn_implementation="eager", **extra)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def hf_logits(hf, tokens):
+    """transformers' logits for every position of one sequence: [len, vocab]."""
+    with torch.no_grad():
+        return hf(torch.tensor([tokens])).logits[0]
+
+
+def batch_for(chunks, tables, block_size, is_decode=False):
+    """A PagedBatch: chunks[s] = (first_position, tokens) of sequence s, whose blocks are tables[s]."""
+    ids, pos, slots, starts, lens = [], [], [], [0], []
+    for (first, tokens), table in zip(chunks, tables):
+        for i, t in enumerate(tokens, start=first):
+            ids.append(t)
+            pos.append(i)
+            slots.append(table[i // block_size] * block_size + i % block_size)
+        starts.append(starts[-1] + len(tokens))
+        lens.append(first + len(tokens))
+    width = max(len(t) for t in tables)
+    return PagedBatch(torch.tensor(ids), torch.tensor(pos), torch.tensor(slots),
+                      torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
+                      torch.tensor(lens, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32), is_decode)
+
+
+@pytest.mark.parametrize("n_head, vocab", [(2, 100), (4, 500)])
+def test_prefill_logits_match_transformers(n_head, vocab):
+    hf = tiny_hf(n_head=n_head, vocab=vocab)
+    model = GPT2.from_hf(hf, backend="torch")
+    tokens = torch.randint(0, vocab, (13,), generator=torch.Generator().manual_seed(1)).tolist()
+    kv = model.make_kv_cache(num_blocks=8, block_size=4)
+    logits = model(batch_for([(0, tokens)], [[6, 1, 3, 0]], 4), kv)
+    assert logits.shape == (1, vocab)
+    torch.testing.assert_close(logits[0], hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_cached_prefix_chunk_then_decode_match_transformers():
+    """Prefill 8 tokens, then the next 5 as a chunk over the cached prefix, then decode 3 one by one."""
+    hf = tiny_hf()
+    model = GPT2.from_hf(hf, backend="torch")
+    tokens = torch.randint(0, 300, (16,), generator=torch.Generator().manual_seed(2)).tolist()
+    ref = hf_logits(hf, tokens)                                  # [16, vocab]
+    table, kv = [5, 2, 7, 0], model.make_kv_cache(num_blocks=8, block_size=4)
+    out = model(batch_for([(0, tokens[:8])], [table], 4), kv)
+    torch.testing.assert_close(out[0], ref[7], atol=1e-4, rtol=1e-4)
+    out = model(batch_for([(8, tokens[8:13])], [table], 4), kv)  # only the new tokens are computed
+    torch.testing.assert_close(out[0], ref[12], atol=1e-4, rtol=1e-4)
+    for i in range(13, 16):
+        out = model(batch_for([(i, tokens[i:i + 1])], [table], 4, is_decode=True), kv)
+        torch.testing.assert_close(out[0], ref[i], atol=1e-4, rtol=1e-4)
+
+
+def test_batched_sequences_match_each_alone():
+    hf = tiny_hf()
+    model = GPT2.from_hf(hf, backend="torch")
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (3, 9, 1)]
+    tables = [[4], [0, 7, 2], [9]]                               # scattered blocks, block_size 4
+    kv = model.make_kv_cache(num_blocks=10, block_size=4)
+    out = model(batch_for([(0, s) for s in seqs], tables, 4), kv)
+    for row, tokens in zip(out, seqs):
+        torch.testing.assert_close(row, hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+    # one decode step for all three at once
+    nxt = [s + [7] for s in seqs]
+    out = model(batch_for([(len(s), [7]) for s in seqs], tables, 4, is_decode=True), kv)
+    for row, tokens in zip(out, nxt):
+        torch.testing.assert_close(row, hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_kv_goes_only_to_the_given_slots():
+    model = GPT2.from_hf(tiny_hf(), backend="torch")
+    kv = model.make_kv_cache(num_blocks=6, block_size=4)
+    model(batch_for([(0, [1, 2, 3, 4, 5])], [[3, 1]], 4), kv)
+    for key_cache, value_cache in kv.layers:
+        written = key_cache.flatten(0, 1).abs().sum(dim=(1, 2)) != 0          # [num_slots]
+        assert written.nonzero().flatten().tolist() == [4, 12, 13, 14, 15]   # block 3 rows 0-3, block 1 row 0
+        assert torch.equal(written, value_cache.flatten(0, 1).abs().sum(dim=(1, 2)) != 0)
+
+
+def test_both_backends_write_with_the_same_contract():
+    """write_kv_torch mirrors the Triton write_kv, slot -1 skipping included."""
+    key, value = torch.randn(3, 2, 16), torch.randn(3, 2, 16)
+    slots = torch.tensor([5, -1, 0])
+    caches = [(torch.zeros(2, 4, 2, 16), torch.zeros(2, 4, 2, 16)) for _ in range(2)]
+    model_mod.write_kv_torch(key, value, *caches[0], slots)
+    pagedlib.write_kv(key, value, *caches[1], slots)
+    assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
+    assert torch.equal(caches[0][0].view(-1, 2, 16)[5], key[0])
+
+
+def test_triton_backend_matches_torch_backend():
+    hf = tiny_hf(n_layer=1)
+    tokens = [3, 1, 4, 1, 5, 9, 2]
+    outs = []
+    for backend in ("triton", "torch"):
+        model = GPT2.from_hf(hf, backend=backend)
+        kv = model.make_kv_cache(num_blocks=4, block_size=4)
+        prefill = model(batch_for([(0, tokens[:6])], [[2, 0]], 4), kv)
+        decode = model(batch_for([(6, tokens[6:])], [[2, 0]], 4, is_decode=True), kv)
+        outs.append((prefill, decode))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(outs[0][1][0], hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_backend_choice():
+    model = GPT2.from_hf(tiny_hf(n_layer=1))
+    assert model.backend == model_mod.DEFAULT_BACKEND
+    assert model_mod.DEFAULT_BACKEND == ("triton" if pagedlib.DEVICE.type == "cuda" else "torch")
+    model.backend = "triton"
+    assert model.backend == "triton"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        model.backend = "cuda"
+    assert model.backend == "triton"                             # a refused value changes nothing
+
+
+def test_from_hf_copies_shape_and_refuses_unsupported_configs():
+    hf = tiny_hf(n_head=2, vocab=100)
+    model = GPT2.from_hf(hf)
+    cfg = model.config
+    assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.n_positions) == (2, 2, 64, 100, 128)
+    assert model.num_parameters() == sum(p.numel() for n, p in hf.named_parameters() if "lm_head" not in n)
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        GPT2.from_hf(tiny_hf(scale_attn_by_inverse_layer_idx=True))
+    with pytest.raises(ValueError, match="activation_function"):
+        GPT2.from_hf(tiny_hf(activation_function="silu"))
+
+
+def test_copy_block_copies_every_layer():
+    model = GPT2.from_hf(tiny_hf(), backend="torch")
+    kv = model.make_kv_cache(num_blocks=3, block_size=2)
+    model(batch_for([(0, [1, 2])], [[0]], 2), kv)
+    kv.copy_block(0, 2)
+    for key_cache, value_cache in kv.layers:
+        assert torch.equal(key_cache[2], key_cache[0]) and key_cache[2].abs().sum() > 0
+        assert torch.equal(value_cache[2], value_cache[0])
