@@ -1,0 +1,296 @@
+"""The Triton kernels (pagedlib.attention) against the PyTorch reference, over a grid of shapes.
+
+On the CPU the kernels run through the Triton interpreter, which is slow, so the grid is built to
+cover every value of every axis without multiplying all of them:
+
+- the cheap axes in full: dtype x (num_heads, num_kv_heads) x num_splits;
+- head_dim x block_size x dtype in full, with the head layouts and split counts cycled through;
+- a 2,000+ token sequence in a few cases; shared and duplicate block ids; empty splits.
+
+Every cache slot no sequence owns holds NaN (random_paged_inputs), so reading past a sequence's end
+fails the test. Sequence lengths always include 1, exactly one block and one block plus one.
+
+Tolerances (max abs and relative error against the fp32-softmax reference, cast to the dtype):
+fp32 1e-5 / 1e-5; fp16 3e-3 / 3e-3 (the kernel feeds probabilities to P @ V in fp16, like every
+fp16 flash-attention kernel; one fp16 ulp near 1.0 is 1e-3).
+"""
+import itertools
+
+import pytest
+import torch
+
+import pagedlib
+from pagedlib.attention import choose_num_splits, kv_tile, paged_attention, paged_prefill, write_kv
+from pagedlib.attention_ref import gather_kv, paged_attention_ref, paged_prefill_ref, random_paged_inputs
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=3e-3, rtol=3e-3)}
+DTYPES = [torch.float32, torch.float16]
+HEADS = [(8, 8), (8, 2), (8, 1), (5, 1), (6, 3)]          # MHA, GQA 4:1, MQA, 5:1, 2:1
+HEAD_DIMS = [64, 80, 128, 256]
+BLOCK_SIZES = [8, 16, 32]
+SPLITS = [None, 1, 3]
+LONG = 2_085                                                # a 2,000+ token sequence, not a tile multiple
+
+
+def lengths(block_size: int) -> list[int]:
+    """The ragged edges: 1 token, exactly one block, one block plus one, a few pages and a bit."""
+    return [1, block_size, block_size + 1, 3 * block_size + 5]
+
+
+def check_decode(x, num_splits, dtype):
+    out = paged_attention(*x.args(), num_splits=num_splits)
+    assert out.shape == x.query.shape and out.dtype == dtype
+    assert torch.isfinite(out).all(), "NaN from a cache slot past a sequence's end leaked into the output"
+    torch.testing.assert_close(out, paged_attention_ref(*x.args()), **TOL[dtype])
+
+
+# ---- decode --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("num_splits", SPLITS, ids=lambda s: f"splits{s}")
+@pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"heads{h[0]}:{h[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_decode_heads_x_splits(dtype, heads, num_splits):
+    x = random_paged_inputs(lengths(16), *heads, 64, 16, dtype=dtype, seed=hash(heads) % 1000)
+    check_decode(x, num_splits, dtype)
+
+
+HEAD_DIM_GRID = list(itertools.product(DTYPES, HEAD_DIMS, BLOCK_SIZES))
+
+
+@pytest.mark.parametrize("case", range(len(HEAD_DIM_GRID)))
+def test_decode_head_dim_x_block_size(case):
+    dtype, head_dim, block_size = HEAD_DIM_GRID[case]
+    heads = HEADS[case % len(HEADS)]
+    num_splits = [1, 2, None][case % 3]
+    x = random_paged_inputs(lengths(block_size), *heads, head_dim, block_size, dtype=dtype, seed=case)
+    check_decode(x, num_splits, dtype)
+
+
+@pytest.mark.parametrize("num_splits", [1, 4], ids=lambda s: f"splits{s}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_decode_long_sequence(dtype, num_splits):
+    x = random_paged_inputs([1, 17, LONG], 8, 2, 128, 16, dtype=dtype, seed=7)
+    check_decode(x, num_splits, dtype)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_shared_and_duplicate_block_ids(num_splits):
+    # ids drawn with replacement from few blocks: sequences share pages, a table names a page twice
+    x = random_paged_inputs([40, 33, 8, 1, 47], 6, 3, 64, 8, num_blocks=7, shared_blocks=True, seed=11)
+    table = x.block_tables[x.block_tables >= 0]
+    assert table.numel() > torch.unique(table).numel()        # duplicates really are there
+    check_decode(x, num_splits, torch.float32)
+
+
+def test_decode_more_splits_than_tokens_leaves_empty_splits_harmless():
+    x = random_paged_inputs([1, 2, 70], 4, 2, 64, 8, seed=4)
+    check_decode(x, 16, torch.float32)                        # most splits of every sequence are empty
+
+
+def test_decode_padded_block_table_columns_are_never_read():
+    # 50 table columns, the unused ones -1: reading one would fault or give garbage
+    x = random_paged_inputs([3, 20], 4, 1, 64, 8, max_blocks=50, seed=6)
+    check_decode(x, 1, torch.float32)
+
+
+def test_decode_accepts_a_strided_query_and_explicit_scale():
+    x = random_paged_inputs([5, 30], 4, 2, 64, 16, seed=8)
+    fused = torch.randn(2, 3, 4, 64)                          # [num_seqs, q|k|v, num_heads, head_dim]
+    query = fused[:, 0]                                       # a view with a row stride
+    out = paged_attention(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, 0.3, num_splits=2)
+    ref = paged_attention_ref(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, 0.3)
+    torch.testing.assert_close(out, ref, **TOL[torch.float32])
+
+
+def test_decode_does_not_change_its_inputs():
+    x = random_paged_inputs([9, 17], 8, 2, 64, 8, seed=9)
+    before = [t.clone() for t in x.args()]
+    paged_attention(*x.args(), num_splits=2)
+    for a, b in zip(before, x.args()):
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+
+
+def test_decode_with_no_sequences_returns_an_empty_result():
+    x = random_paged_inputs([4], 2, 2, 64, 8)
+    out = paged_attention(x.query[:0], x.key_cache, x.value_cache, x.block_tables[:0], x.seq_lens[:0])
+    assert out.shape == (0, 2, 64)
+
+
+# ---- choosing num_splits -------------------------------------------------------------------------
+def test_num_splits_is_one_when_the_batch_fills_the_gpu():
+    assert choose_num_splits(num_seqs=64, num_kv_heads=8, max_seq_len=8192, sms=132) == 1
+
+
+def test_num_splits_grows_for_a_small_batch_of_long_sequences():
+    few = choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=8192, sms=132)
+    assert few > 1 and 8 * few >= 132                         # enough programs for every SM
+
+
+def test_num_splits_keeps_a_minimum_of_tokens_per_split():
+    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=300, sms=132) == 1
+    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=1024, sms=132) == 4
+    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=10 ** 6, sms=132) == 32
+
+
+def test_kv_tile_shrinks_for_the_largest_head_dim():
+    assert kv_tile(128) == 64 and kv_tile(80) == 64 and kv_tile(256) == 32
+
+
+# ---- prefill -------------------------------------------------------------------------------------
+def prefill_case(chunks, cached, heads, head_dim, block_size, dtype, seed):
+    lens = [c + p for c, p in zip(chunks, cached)]
+    x = random_paged_inputs(lens, *heads, head_dim, block_size, dtype=dtype, seed=seed)
+    starts = torch.tensor([0, *itertools.accumulate(chunks)], dtype=torch.int32)
+    query = torch.randn(sum(chunks), heads[0], head_dim, generator=torch.Generator().manual_seed(seed))
+    return query.to(dtype), x, starts
+
+
+def check_prefill(query, x, starts, dtype):
+    args = (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+    out = paged_prefill(*args)
+    assert out.shape == query.shape and out.dtype == dtype
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, paged_prefill_ref(*args), **TOL[dtype])
+    return out
+
+
+PREFILL_CHUNKS = {                                            # (new tokens, cached prefix) per sequence
+    "one_token_no_prefix": ([1, 1], [0, 0]),
+    "one_token_with_prefix": ([1, 1, 1], [16, 40, 7]),
+    "many_tokens_no_prefix": ([40, 70, 16], [0, 0, 0]),       # 70 > 2 query tiles of 32
+    "many_tokens_with_prefix": ([33, 5, 17], [16, 29, 80]),
+    "mixed_with_empty_chunk": ([0, 12, 1], [9, 3, 30]),
+}
+
+
+@pytest.mark.parametrize("name", PREFILL_CHUNKS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_prefill_chunks(dtype, name):
+    chunks, cached = PREFILL_CHUNKS[name]
+    check_prefill(*prefill_case(chunks, cached, (8, 2), 64, 16, dtype, seed=len(name)), dtype)
+
+
+PREFILL_SHAPES = [((5, 1), 80, 8), ((6, 3), 128, 32), ((8, 8), 256, 16), ((8, 1), 96, 16), ((4, 4), 112, 8)]
+
+
+@pytest.mark.parametrize("case", range(len(PREFILL_SHAPES)))
+def test_prefill_shapes(case):
+    heads, head_dim, block_size = PREFILL_SHAPES[case]
+    dtype = DTYPES[case % 2]
+    check_prefill(*prefill_case([19, 1], [block_size + 1, 0], heads, head_dim, block_size, dtype, case), dtype)
+
+
+def test_prefill_matches_causal_sdpa_on_gathered_kv():
+    query, x, starts = prefill_case([24, 9], [0, 21], (4, 2), 64, 8, torch.float32, seed=3)
+    out = check_prefill(query, x, starts, torch.float32)
+    for s in range(2):
+        n = int(x.seq_lens[s])
+        rows = slice(int(starts[s]), int(starts[s + 1]))
+        k = gather_kv(x.key_cache, x.block_tables[s], n).repeat_interleave(2, 1).transpose(0, 1)
+        v = gather_kv(x.value_cache, x.block_tables[s], n).repeat_interleave(2, 1).transpose(0, 1)
+        q = query[rows].transpose(0, 1)                       # [heads, chunk, dim]
+        cached = n - q.shape[1]
+        mask = torch.arange(n)[None, :] <= (cached + torch.arange(q.shape[1]))[:, None]
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(0, 1)
+        torch.testing.assert_close(out[rows], want, **TOL[torch.float32])
+
+
+@pytest.mark.slow
+def test_prefill_long_prefix():
+    query, x, starts = prefill_case([3, 40], [LONG, 100], (8, 2), 128, 16, torch.float16, seed=12)
+    check_prefill(query, x, starts, torch.float16)
+
+
+def test_prefill_of_one_token_per_sequence_equals_decode():
+    x = random_paged_inputs(lengths(16), 8, 2, 64, 16, seed=13)
+    starts = torch.arange(5, dtype=torch.int32)
+    prefill = paged_prefill(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+    torch.testing.assert_close(prefill, paged_attention(*x.args(), num_splits=1), **TOL[torch.float32])
+
+
+# ---- write_kv ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("num_kv_heads,head_dim,block_size", [(2, 64, 16), (3, 80, 8), (1, 256, 32)])
+def test_write_kv_puts_rows_in_their_slots_and_nothing_else(dtype, num_kv_heads, head_dim, block_size):
+    num_blocks = 5
+    key_cache = torch.full((num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype)
+    value_cache = key_cache.clone()
+    fused = torch.randn(7, 3, num_kv_heads, head_dim).to(dtype)   # [tokens, q|k|v, kv_heads, dim]
+    key, value = fused[:, 1], fused[:, 2]                         # strided views, as from a QKV matmul
+    slots = torch.tensor([3, -1, num_blocks * block_size - 1, block_size, 0, -1, 2 * block_size + 1])
+    write_kv(key, value, key_cache, value_cache, slots)
+
+    kept = slots >= 0
+    want_k = torch.full((num_blocks * block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype)
+    want_v = want_k.clone()
+    want_k[slots[kept]], want_v[slots[kept]] = key[kept], value[kept]
+    flat = (num_blocks * block_size, num_kv_heads, head_dim)
+    torch.testing.assert_close(key_cache.view(flat), want_k, equal_nan=True, atol=0, rtol=0)
+    torch.testing.assert_close(value_cache.view(flat), want_v, equal_nan=True, atol=0, rtol=0)
+
+
+def test_write_kv_accepts_int32_slots_and_an_empty_batch():
+    key_cache = torch.zeros(2, 8, 1, 64)
+    value_cache = torch.zeros_like(key_cache)
+    key = torch.ones(2, 1, 64)
+    write_kv(key, -key, key_cache, value_cache, torch.tensor([9, 2], dtype=torch.int32))
+    assert key_cache[1, 1].eq(1).all() and value_cache[0, 2].eq(-1).all()
+    write_kv(key[:0], key[:0], key_cache, value_cache, torch.zeros(0, dtype=torch.int64))
+    assert key_cache.sum() == 2 * 64
+
+
+def test_write_then_decode_equals_attention_over_the_tokens():
+    """The whole decode path: write each token's K/V through write_kv, then attend through the table."""
+    num_heads, num_kv_heads, head_dim, block_size = 6, 2, 64, 8
+    lens = [1, 8, 9, 30]
+    x = random_paged_inputs(lens, num_heads, num_kv_heads, head_dim, block_size, seed=21)
+    key_cache = torch.full_like(x.key_cache, float("nan"))
+    value_cache = torch.full_like(x.value_cache, float("nan"))
+    gen = torch.Generator().manual_seed(0)
+    keys = [torch.randn(n, num_kv_heads, head_dim, generator=gen) for n in lens]
+    values = [torch.randn(n, num_kv_heads, head_dim, generator=gen) for n in lens]
+    slots = [x.block_tables[s, torch.arange(n) // block_size].long() * block_size
+             + torch.arange(n) % block_size for s, n in enumerate(lens)]
+    write_kv(torch.cat(keys), torch.cat(values), key_cache, value_cache, torch.cat(slots))
+    out = paged_attention(x.query, key_cache, value_cache, x.block_tables, x.seq_lens)
+    for s in range(len(lens)):
+        k = keys[s].repeat_interleave(3, 1).transpose(0, 1)  # [heads, n, dim]
+        v = values[s].repeat_interleave(3, 1).transpose(0, 1)
+        want = torch.nn.functional.scaled_dot_product_attention(x.query[s][:, None], k, v)[:, 0]
+        torch.testing.assert_close(out[s], want, **TOL[torch.float32])
+
+
+class KernelCalled(Exception):
+    pass
+
+
+class Tripwire:
+    """Stands in for a Triton kernel: launching it raises, so we can see which kernels a call uses."""
+
+    def __getitem__(self, grid):
+        raise KernelCalled
+
+
+@pytest.mark.parametrize("kernel,call", [
+    ("decode_kernel", lambda x: paged_attention(*x.args(), num_splits=1)),
+    ("split_kernel", lambda x: paged_attention(*x.args(), num_splits=2)),
+    ("prefill_kernel", lambda x: paged_prefill(*x.args(), torch.arange(3, dtype=torch.int32))),
+    ("write_kv_kernel", lambda x: write_kv(x.key_cache[0], x.value_cache[0], x.key_cache, x.value_cache,
+                                           torch.arange(x.key_cache.shape[1]))),
+])
+def test_each_function_launches_its_triton_kernel(monkeypatch, kernel, call):
+    """No silent fallback to PyTorch: with the kernel replaced by a tripwire, the call must hit it."""
+    x = random_paged_inputs([3, 9], 4, 2, 64, 8)
+    x.key_cache.nan_to_num_(0.0)
+    x.value_cache.nan_to_num_(0.0)
+    monkeypatch.setattr(pagedlib.attention, kernel, Tripwire())
+    with pytest.raises(KernelCalled):
+        call(x)
+
+
+def test_the_kernels_match_the_runtime_choice():
+    from pagedlib import runtime
+    from pagedlib.kernels import decode, prefill, split_k
+    from pagedlib.kernels import write_kv as write_kernel
+    for kernel in (decode.decode_kernel, split_k.split_kernel, split_k.merge_kernel,
+                   prefill.prefill_kernel, write_kernel.write_kv_kernel):
+        assert runtime.kernel_is_interpreted(kernel) == runtime.INTERPRET

@@ -1,0 +1,110 @@
+"""The PyTorch reference (pagedlib.attention_ref) against attention written independently with SDPA.
+
+Every kernel test trusts paged_attention_ref, so it is checked here against torch's
+scaled_dot_product_attention over a contiguous copy of the same tokens, built without the page table.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pagedlib  # noqa: F401  (sets the runtime first)
+from pagedlib.attention_ref import (gather_kv, paged_attention_ref, paged_prefill_ref,
+                                    random_paged_inputs)
+
+
+def sdpa(q, k, v, scale, causal_from=None):
+    """q [n_q, heads, dim], k/v [n_k, kv_heads, dim] -> [n_q, heads, dim] with torch SDPA in fp64."""
+    group = q.shape[1] // k.shape[1]
+    q, k, v = (t.double().transpose(0, 1) for t in (q, k.repeat_interleave(group, 1),
+                                                    v.repeat_interleave(group, 1)))
+    mask = None
+    if causal_from is not None:
+        q_pos = causal_from + torch.arange(q.shape[1])
+        mask = torch.arange(k.shape[1])[None, :] <= q_pos[:, None]        # [n_q, n_k]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(0, 1)
+
+
+def test_gather_kv_returns_the_tokens_written_through_the_table():
+    block_size, seq_len = 4, 10
+    cache = torch.full((6, block_size, 1, 2), float("nan"))
+    table = torch.tensor([5, 0, 3], dtype=torch.int32)
+    tokens = torch.arange(seq_len * 2, dtype=torch.float32).view(seq_len, 1, 2)
+    for t in range(seq_len):
+        cache[table[t // block_size], t % block_size] = tokens[t]
+    assert torch.equal(gather_kv(cache, table, seq_len), tokens)
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (6, 1), (6, 3)])
+@pytest.mark.parametrize("block_size", [1, 8, 16])
+def test_decode_reference_matches_sdpa_on_contiguous_kv(heads, block_size):
+    num_heads, num_kv_heads = heads
+    lens = [1, block_size, block_size + 1, 37]
+    x = random_paged_inputs(lens, num_heads, num_kv_heads, 32, block_size, shared_blocks=True, seed=3)
+    out = paged_attention_ref(*x.args())
+    assert out.shape == x.query.shape and out.dtype == x.query.dtype
+    for s, n in enumerate(lens):
+        k = gather_kv(x.key_cache, x.block_tables[s], n)
+        v = gather_kv(x.value_cache, x.block_tables[s], n)
+        want = sdpa(x.query[s:s + 1], k, v, 32 ** -0.5)[0]
+        torch.testing.assert_close(out[s].double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_reference_ignores_nan_in_slots_no_sequence_owns():
+    x = random_paged_inputs([3, 5], 2, 1, 16, 4)
+    assert x.key_cache.isnan().any()          # the builder really leaves NaN behind
+    assert torch.isfinite(paged_attention_ref(*x.args())).all()
+
+
+def test_decode_reference_does_not_depend_on_where_pages_live():
+    x = random_paged_inputs([9, 20], 4, 2, 16, 4, seed=1)
+    perm = torch.randperm(x.key_cache.shape[0])                 # move every block elsewhere
+    new_id = torch.empty_like(perm)
+    new_id[perm] = torch.arange(len(perm))
+    table = torch.where(x.block_tables >= 0, new_id[x.block_tables.long().clamp(min=0)],
+                        -1).to(torch.int32)
+    moved = paged_attention_ref(x.query, x.key_cache[perm], x.value_cache[perm], table, x.seq_lens)
+    torch.testing.assert_close(moved, paged_attention_ref(*x.args()), atol=0, rtol=0)
+
+
+def test_decode_reference_default_scale_is_inverse_sqrt_head_dim():
+    x = random_paged_inputs([7], 2, 2, 64, 8)
+    torch.testing.assert_close(paged_attention_ref(*x.args()), paged_attention_ref(*x.args(), scale=0.125))
+    assert not torch.allclose(paged_attention_ref(*x.args()), paged_attention_ref(*x.args(), scale=1.0))
+
+
+@pytest.mark.parametrize("chunks,cached", [([1, 1], [0, 9]), ([5, 12], [0, 0]), ([4, 7, 1], [3, 16, 2])])
+def test_prefill_reference_matches_causal_sdpa(chunks, cached):
+    lens = [c + p for c, p in zip(chunks, cached)]
+    x = random_paged_inputs(lens, 4, 2, 16, 8, seed=5)
+    starts = torch.tensor([0, *torch.tensor(chunks).cumsum(0).tolist()], dtype=torch.int32)
+    query = torch.randn(sum(chunks), 4, 16)
+    out = paged_prefill_ref(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+    for s, n in enumerate(lens):
+        k = gather_kv(x.key_cache, x.block_tables[s], n)
+        v = gather_kv(x.value_cache, x.block_tables[s], n)
+        rows = slice(int(starts[s]), int(starts[s + 1]))
+        want = sdpa(query[rows], k, v, 0.25, causal_from=cached[s])
+        torch.testing.assert_close(out[rows].double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_prefill_of_one_token_is_decode():
+    x = random_paged_inputs([6, 13], 4, 4, 16, 4, seed=2)
+    starts = torch.tensor([0, 1, 2], dtype=torch.int32)
+    prefill = paged_prefill_ref(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+    torch.testing.assert_close(prefill, paged_attention_ref(*x.args()))
+
+
+def test_prefill_reference_skips_sequences_without_new_tokens():
+    x = random_paged_inputs([6, 13], 2, 2, 16, 4)
+    starts = torch.tensor([0, 0, 3], dtype=torch.int32)         # sequence 0 has no new tokens
+    query = torch.randn(3, 2, 16)
+    out = paged_prefill_ref(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+    assert torch.isfinite(out).all()
+
+
+def test_reference_half_precision_keeps_the_dtype():
+    x = random_paged_inputs([5, 9], 4, 2, 16, 4, dtype=torch.float16)
+    out = paged_attention_ref(*x.args())
+    assert out.dtype == torch.float16
+    x32 = random_paged_inputs([5, 9], 4, 2, 16, 4, dtype=torch.float32)
+    torch.testing.assert_close(out.float(), paged_attention_ref(*x32.args()), atol=2e-3, rtol=2e-3)
