@@ -109,19 +109,21 @@ def check_int_vector(name: str, t, length: int, what: str, dtypes=(torch.int32,)
     """A 1-D integer tensor of the given length."""
     _tensor(name, t)
     want = " or ".join(_dtype(d) for d in dtypes)
+    if t.ndim == 1 and t.shape[0] != length and t.dtype in dtypes:
+        raise ValueError(f"{name} must have shape [{what}] = [{length}]; got {_shape(t)}")
     if t.dtype not in dtypes or t.ndim != 1 or t.shape[0] != length:
         raise ValueError(f"{name} must be {want} of shape [{what}] = [{length}]; got {_dtype(t.dtype)} "
                          f"{_shape(t)}" + (f". Convert it with .to({dtypes[0]})"
                                            if t.dtype != dtypes[0] and not t.is_floating_point() else ""))
 
 
-def check_block_tables(block_tables, seq_lens, num_seqs: int) -> None:
-    """block_tables int32 [num_seqs, max_blocks], seq_lens int32 [num_seqs]."""
+def check_block_tables(block_tables, seq_lens, num_seqs: int, source: str = "query.shape[0]") -> None:
+    """block_tables int32 [num_seqs, max_blocks], seq_lens int32 [num_seqs]; ``source`` says where num_seqs came from."""
     _tensor("block_tables", block_tables)
     if block_tables.dtype != torch.int32 or block_tables.ndim != 2 or block_tables.shape[0] != num_seqs:
         fix = ". Convert it with .to(torch.int32)" if block_tables.dtype == torch.int64 else ""
         raise ValueError(f"block_tables must be int32 of shape [num_seqs, max_blocks] with num_seqs = "
-                         f"{num_seqs}; got {_dtype(block_tables.dtype)} {_shape(block_tables)}{fix}")
+                         f"{num_seqs} ({source}); got {_dtype(block_tables.dtype)} {_shape(block_tables)}{fix}")
     check_int_vector("seq_lens", seq_lens, num_seqs, "num_seqs")
 
 
@@ -202,7 +204,7 @@ def check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_s
     num_heads = check_query(query, key_cache, dims, "num_tokens")
     _tensor("block_tables", block_tables)
     num_seqs = block_tables.shape[0] if block_tables.ndim == 2 else -1
-    check_block_tables(block_tables, seq_lens, num_seqs)
+    check_block_tables(block_tables, seq_lens, num_seqs, "block_tables.shape[0]")
     check_int_vector("query_start_loc", query_start_loc, num_seqs + 1, "num_seqs + 1")
     check_devices(query=query, key_cache=key_cache, value_cache=value_cache, block_tables=block_tables,
                   seq_lens=seq_lens, query_start_loc=query_start_loc)
