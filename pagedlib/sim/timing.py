@@ -7,9 +7,15 @@ token stored for the running requests; prefilling a prompt is compute-bound. So 
 
 ``StepTime.roofline`` derives the three numbers from the model and the GPU, and an ``efficiency``: the
 share of peak bandwidth and FLOP/s that a real engine reaches. ``OPT13B_A100`` is the paper's setup
-with efficiency 0.5, our assumption (not fitted to the paper), about 33 ms for a step of 30 requests
-holding 14K tokens. The memory results (Figure 2, Figure 13 on ShareGPT) barely depend on it: at
-2 requests/s every policy is limited by memory, not by time, for any efficiency below about 0.8.
+with efficiency 0.5: our assumption, a round number, not fitted to the paper. A step of 30 requests
+holding 14K tokens then takes 48 ms; OPT-13B on ShareGPT serves at most ~0.57 requests/s under Max,
+~1.0 under Oracle and ~1.8 under paging.
+
+How much the results depend on it (ShareGPT, 2,000 requests, 2 requests/s, average batch): the Orca
+baselines are limited by memory for any efficiency up to 0.8 (Max 7.00, Pow2 9.5-9.6, Oracle
+13.5-13.6). The paged policy's capacity is close to 2 requests/s, so its batch does depend on it:
+34.6 at efficiency 0.3, 34.3 at 0.4, 33.2 at 0.5, 25.8 at 0.6, 17.4 at 0.8 (the queue no longer
+grows, and the batch is just what Poisson arrivals bring).
 """
 from __future__ import annotations
 
