@@ -294,3 +294,52 @@ def test_the_kernels_match_the_runtime_choice():
     for kernel in (decode.decode_kernel, split_k.split_kernel, split_k.merge_kernel,
                    prefill.prefill_kernel, write_kernel.write_kv_kernel):
         assert runtime.kernel_is_interpreted(kernel) == runtime.INTERPRET
+
+
+# ---- benchmark and its figure --------------------------------------------------------------------
+def test_peak_bandwidth_table_matches_cuda_device_names():
+    from pagedlib.bench.attention import peak_bandwidth_gbs
+    assert peak_bandwidth_gbs("NVIDIA H200") == 4800
+    assert peak_bandwidth_gbs("NVIDIA H100 80GB HBM3") == 3350
+    assert peak_bandwidth_gbs("NVIDIA A100-SXM4-80GB") == 2039
+    assert peak_bandwidth_gbs("NVIDIA A100-SXM4-40GB") == 1555
+    assert peak_bandwidth_gbs("Tesla T4") == 320
+    assert peak_bandwidth_gbs("NVIDIA L40S") is None           # not an L4
+    assert peak_bandwidth_gbs(None) is None
+
+
+def test_decode_bytes_counts_kv_query_and_output():
+    from pagedlib.bench.attention import decode_bytes
+    # 2 seqs x 10 tokens x 1 kv head x 4 dims, K and V, fp16; plus query and output 2 x 2 x 3 x 4
+    assert decode_bytes(2, 10, 3, 1, 4, 2) == (2 * 2 * 10 * 4 + 2 * 2 * 3 * 4) * 2
+
+
+def test_benchmark_targets_are_judged_on_large_rows_only():
+    from pagedlib.bench.attention import targets
+    rows = [dict(batch=1, context=512, paged_frac_peak=0.1, paged_vs_sdpa=0.5),
+            dict(batch=32, context=2048, paged_frac_peak=0.75, paged_vs_sdpa=0.95)]
+    assert all(line.endswith(" met") for line in targets(rows))
+    rows[1]["paged_frac_peak"] = 0.6
+    assert "NOT met" in targets(rows)[0]
+
+
+def test_kernel_bandwidth_figure_has_title_labels_and_a_line_per_series():
+    import matplotlib
+    matplotlib.use("Agg")
+    from pagedlib.plots import kernel_bandwidth
+    rows = [dict(batch=b, context=c, block_size=16, paged_gbs=100.0 * b, sdpa_gbs=110.0 * b)
+            for b in (1, 8) for c in (512, 2048)]
+    fig = kernel_bandwidth(rows, peak_gbs=1000, gpu="test GPU")
+    ax = fig.axes[0]
+    assert "test GPU" in ax.get_title() and "GB/s" in ax.get_ylabel() and "context" in ax.get_xlabel()
+    assert len(ax.get_legend().get_texts()) == 4              # paged and SDPA for two batch sizes
+
+
+@pytest.mark.slow
+def test_benchmark_on_the_cpu_checks_correctness_and_reports_no_timings(capsys):
+    from pagedlib.bench import attention as bench
+    if pagedlib.runtime.DEVICE.type == "cuda":
+        pytest.skip("on a GPU the benchmark times the kernels")
+    assert bench.main([]) == 0
+    printed = capsys.readouterr().out
+    assert "Timings need a GPU" in printed and "all correct" in printed and " us" not in printed

@@ -3,3 +3,4 @@
 Each figure has a title, axis labels with units and a legend where there is more than one series.
 """
 from .style import COLORS, PADDING_HATCH  # noqa: F401
+from .kernels import *  # noqa: F401,F403

@@ -1,0 +1,216 @@
+"""Benchmark of the paged decode kernel: ``python -m pagedlib.bench attention [options]``.
+
+On a GPU, for every batch size x context length x block size it times (``triton.testing.do_bench``):
+
+- ``paged``: ``pagedlib.paged_attention`` (num_splits chosen automatically) over a paged cache;
+- ``sdpa``: ``torch`` scaled-dot-product attention over a *contiguous* cache of the same tokens;
+- ``ref``: the plain-PyTorch reference ``paged_attention_ref`` (smaller cases only: it is slow);
+
+and reports the achieved memory bandwidth (bytes of K/V, query and output over the time), that as a
+fraction of the GPU's peak, and the speed relative to SDPA and to the reference. It prints a table,
+writes a CSV and a plot. On a CPU the kernels run through the Triton interpreter, whose timings mean
+nothing: there it checks correctness against the reference and says that timings need a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from .. import runtime
+
+# Peak DRAM bandwidth in GB/s (vendor datasheets); matched against torch.cuda.get_device_name().
+PEAK_BANDWIDTH_GBS = {
+    "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
+    "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
+}
+
+FIELDS = ["batch", "context", "block_size", "num_splits", "paged_us", "sdpa_us", "ref_us",
+          "paged_gbs", "sdpa_gbs", "paged_frac_peak", "paged_vs_sdpa", "paged_vs_ref", "max_err"]
+
+
+def peak_bandwidth_gbs(name: str | None) -> float | None:
+    """The peak bandwidth of a GPU from its CUDA name (e.g. 'NVIDIA A100-SXM4-80GB'), or None if unknown."""
+    if not name:
+        return None
+    upper = name.upper()
+    if "A100" in upper:
+        return PEAK_BANDWIDTH_GBS["A100 80GB" if "80G" in upper else "A100 40GB"]
+    if "H100" in upper:
+        return PEAK_BANDWIDTH_GBS["H100 PCIe" if "PCIE" in upper else "H100"]
+    for key in ("H200", "A10G", "L4", "T4"):
+        if re.search(rf"\b{key}\b", upper):          # whole words: an L40S is not an L4
+            return PEAK_BANDWIDTH_GBS[key]
+    return None
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """The issue's two targets, judged on the rows with context >= 2048 and batch >= 32."""
+    big = [r for r in rows if r["context"] >= 2048 and r["batch"] >= 32]
+    if not big:
+        return ["targets need rows with context >= 2048 and batch >= 32"]
+    frac = min(r["paged_frac_peak"] for r in big)
+    ratio = min(r["paged_vs_sdpa"] for r in big)
+    return [f"target >= 70% of peak bandwidth (context >= 2048, batch >= 32): worst {frac:.0%} "
+            f"{'met' if frac >= 0.7 else 'NOT met'}",
+            f"target within 10% of contiguous SDPA (same rows): worst speed ratio {ratio:.2f}x "
+            f"{'met' if ratio >= 0.9 else 'NOT met'}"]
+
+
+def decode_bytes(batch: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 elem_bytes: int) -> int:
+    """Bytes a decode step must move: every K and V row of every sequence, the query and the output."""
+    kv = 2 * batch * context * num_kv_heads * head_dim
+    q_and_out = 2 * batch * num_heads * head_dim
+    return (kv + q_and_out) * elem_bytes
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pagedlib.bench attention", description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64])
+    p.add_argument("--context", type=int, nargs="+", default=[512, 2048, 8192])
+    p.add_argument("--block-size", type=int, nargs="+", default=[16, 32])
+    p.add_argument("--heads", type=int, nargs=2, default=[32, 8], metavar=("NUM_HEADS", "NUM_KV_HEADS"))
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
+    p.add_argument("--ref-max-tokens", type=int, default=64 * 2048,
+                   help="time the slow PyTorch reference only up to this many cached tokens")
+    p.add_argument("--out", default="bench_attention", help="file stem for the CSV and the PNG")
+    return p.parse_args(argv)
+
+
+def gpu_inputs(batch: int, context: int, block_size: int, num_heads: int, num_kv_heads: int,
+               head_dim: int, dtype: torch.dtype, seed: int = 0):
+    """A paged cache with each sequence's pages shuffled over the pool, and the same tokens contiguous."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    pages = math.ceil(context / block_size)
+    num_blocks = batch * pages
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    key_cache = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
+    value_cache = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
+    block_tables = torch.randperm(num_blocks, generator=gen, device="cuda").view(batch, pages).to(torch.int32)
+    seq_lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    query = torch.randn(batch, num_heads, head_dim, generator=gen, device="cuda", dtype=dtype)
+
+    def contiguous(cache):   # [batch, num_kv_heads, context, head_dim], token order restored
+        rows = cache[block_tables.long()].flatten(1, 2)[:, :context]       # [batch, context, kv_heads, dim]
+        return rows.transpose(1, 2).contiguous()
+
+    return (query, key_cache, value_cache, block_tables, seq_lens), contiguous(key_cache), contiguous(value_cache)
+
+
+def sdpa_decode(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """torch SDPA decode over a contiguous cache: query [batch, heads, dim], keys [batch, kv_heads, ctx, dim]."""
+    q = query[:, :, None, :]                                                # [batch, heads, 1, dim]
+    out = torch.nn.functional.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
+    return out[:, :, 0]
+
+
+def run_gpu(args: argparse.Namespace) -> list[dict]:
+    import triton.testing
+
+    from ..attention import choose_num_splits, num_sms, paged_attention
+    from ..attention_ref import paged_attention_ref
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    runtime.check_dtype(dtype)
+    num_heads, num_kv_heads = args.heads
+    peak = peak_bandwidth_gbs(runtime.gpu_name())
+    rows = []
+    for block_size in args.block_size:
+        for batch in args.batch:
+            for context in args.context:
+                paged_args, keys, values = gpu_inputs(batch, context, block_size, num_heads, num_kv_heads,
+                                                      args.head_dim, dtype)
+                splits = choose_num_splits(batch, num_kv_heads, paged_args[3].shape[1] * block_size,
+                                           num_sms(paged_args[0].device))
+                out = paged_attention(*paged_args)                          # checked once, with validation
+                err = (out.float() - sdpa_decode(paged_args[0], keys, values).float()).abs().max().item()
+                paged_ms = triton.testing.do_bench(lambda: paged_attention(*paged_args, validate=False))
+                sdpa_ms = triton.testing.do_bench(lambda: sdpa_decode(paged_args[0], keys, values))
+                ref_ms = (triton.testing.do_bench(lambda: paged_attention_ref(*paged_args), rep=50)
+                          if batch * context <= args.ref_max_tokens else float("nan"))
+                nbytes = decode_bytes(batch, context, num_heads, num_kv_heads, args.head_dim, dtype.itemsize)
+                paged_gbs, sdpa_gbs = nbytes / paged_ms / 1e6, nbytes / sdpa_ms / 1e6
+                rows.append(dict(batch=batch, context=context, block_size=block_size, num_splits=splits,
+                                 paged_us=paged_ms * 1e3, sdpa_us=sdpa_ms * 1e3, ref_us=ref_ms * 1e3,
+                                 paged_gbs=paged_gbs, sdpa_gbs=sdpa_gbs,
+                                 paged_frac_peak=paged_gbs / peak if peak else float("nan"),
+                                 paged_vs_sdpa=sdpa_ms / paged_ms, paged_vs_ref=ref_ms / paged_ms,
+                                 max_err=err))
+                print(format_row(rows[-1]), flush=True)
+                del paged_args, keys, values
+                torch.cuda.empty_cache()
+    return rows
+
+
+def format_row(r: dict) -> str:
+    return (f"{r['batch']:>5} {r['context']:>7} {r['block_size']:>5} {r['num_splits']:>6} "
+            f"{r['paged_us']:>9.1f} {r['sdpa_us']:>9.1f} {r['ref_us']:>10.1f} {r['paged_gbs']:>8.0f} "
+            f"{r['paged_frac_peak']:>7.0%} {r['paged_vs_sdpa']:>8.2f}x {r['paged_vs_ref']:>8.1f}x {r['max_err']:>8.1e}")
+
+
+HEADER = (f"{'batch':>5} {'context':>7} {'block':>5} {'splits':>6} {'paged us':>9} {'sdpa us':>9} "
+          f"{'ref us':>10} {'GB/s':>8} {'of peak':>7} {'vs sdpa':>9} {'vs ref':>9} {'max err':>8}")
+
+
+def check_cpu() -> int:
+    """Correctness of every kernel path through the interpreter, on small cases; returns the exit code."""
+    from ..attention import paged_attention, paged_prefill
+    from ..attention_ref import paged_attention_ref, paged_prefill_ref, random_paged_inputs
+
+    print("No CUDA GPU: Triton runs through the interpreter, whose timings mean nothing. Timings need a GPU;\n"
+          "checking correctness against the PyTorch reference instead (fp32, NaN in unowned slots).\n")
+    print(f"{'kernel':<22} {'heads':>6} {'head_dim':>8} {'block':>5} {'seq_lens':<18} {'max err':>8}  ok")
+    worst, failed = 0.0, 0
+    for heads, head_dim, block_size, lens in [((8, 2), 128, 16, [1, 16, 17, 300]), ((5, 1), 80, 8, [9, 64]),
+                                              ((6, 3), 256, 32, [33, 2085])]:
+        x = random_paged_inputs(lens, *heads, head_dim, block_size, seed=0)
+        ref = paged_attention_ref(*x.args())
+        cases = [("decode single pass", paged_attention(*x.args(), num_splits=1), ref),
+                 ("decode split-K (4)", paged_attention(*x.args(), num_splits=4), ref)]
+        starts = torch.tensor([0, *torch.tensor(lens).clamp(max=40).cumsum(0).tolist()], dtype=torch.int32)
+        query = torch.randn(int(starts[-1]), heads[0], head_dim)
+        pargs = (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+        cases.append(("prefill (chunk <= 40)", paged_prefill(*pargs), paged_prefill_ref(*pargs)))
+        for name, out, want in cases:
+            err = (out - want).abs().max().item()
+            ok = err <= 1e-4 and bool(torch.isfinite(out).all())
+            failed += not ok
+            worst = max(worst, err)
+            print(f"{name:<22} {heads[0]:>3}:{heads[1]:<2} {head_dim:>8} {block_size:>5} {str(lens):<18} "
+                  f"{err:>8.1e}  {'yes' if ok else 'NO'}")
+    print(f"\n{'all correct' if not failed else f'{failed} FAILED'} (worst error {worst:.1e}). "
+          "For timings and bandwidth run this on a GPU: python -m pagedlib.bench attention")
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if runtime.DEVICE.type != "cuda":
+        return check_cpu()
+    name = runtime.gpu_name()
+    peak = peak_bandwidth_gbs(name)
+    print(f"{name}: peak bandwidth {peak or 'unknown'} GB/s; heads {args.heads[0]}:{args.heads[1]}, "
+          f"head_dim {args.head_dim}, {args.dtype}\n{HEADER}")
+    rows = run_gpu(args)
+    csv_path, png_path = Path(f"{args.out}.csv"), Path(f"{args.out}.png")
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    from ..plots.kernels import kernel_bandwidth
+    kernel_bandwidth(rows, peak_gbs=peak, gpu=name).savefig(png_path, dpi=120, bbox_inches="tight")
+    print("\n" + "\n".join(targets(rows)))
+    print(f"\nwrote {csv_path} and {png_path}\nreproduce: python -m pagedlib.bench attention "
+          + " ".join(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
