@@ -176,6 +176,7 @@ class LLM:
         for src, dst in plan.copies:                     # copy-on-write before anyone writes
             self.kv_cache.copy_block(src, dst)
         rows: list[tuple[Sequence, torch.Tensor]] = []
+        prefill_tokens = sum(len(s) - s.num_cached for s in plan.prefills)   # tokens computed, not cached
         if plan.prefills:
             logits = self.model(self._prefill_batch(plan.prefills), self.kv_cache)   # [num_seqs, vocab]
             for seq, row in zip(plan.prefills, logits):
@@ -185,7 +186,7 @@ class LLM:
             rows += zip(plan.decodes, logits)
         for seq, row in rows:
             seq.output.append(sample_token(row, seq.params, seq.generator))
-        self._record(plan, len(rows), time.perf_counter() - start)
+        self._record(plan, prefill_tokens, len(rows), time.perf_counter() - start)
         return self._retire([seq for seq, _ in rows])
 
     def _fork_samples(self, seq: Sequence) -> list[Sequence]:
@@ -308,13 +309,12 @@ class LLM:
             "num_blocks": self.num_blocks, "block_size": self.block_size, "history": [],
         }
 
-    def _record(self, plan: ScheduledStep, num_new_tokens: int, seconds: float) -> None:
+    def _record(self, plan: ScheduledStep, prefill_tokens: int, num_new_tokens: int, seconds: float) -> None:
         """Update the counters and append this step to the history (measured before retiring)."""
         m, bm = self.metrics, self.block_manager
         running = self.scheduler.running
         used = self.num_blocks - bm.num_free_blocks
         logical = sum(len(bm.block_table(s.seq_id)) for s in running)   # blocks if nothing were shared
-        prefill_tokens = sum(len(s) - s.num_cached for s in plan.prefills)
         m["steps"] += 1
         m["preemptions"] = self.scheduler.num_preemptions
         m["tokens_generated"] += num_new_tokens

@@ -10,6 +10,15 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny tensors: one thread is fastest, and avoids oversubscribing the cores next to other pytest workers."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_hf(n_head=4, vocab=300, n_layer=2, n_embd=64, seed=0, **extra):
     """A random-initialised small GPT2LMHeadModel (fp32, eager attention)."""
     torch.manual_seed(seed)
