@@ -1,0 +1,361 @@
+"""BlockManager: the contract, copy-on-write, prefix caching, and a state machine against a shadow KV store."""
+import pytest
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import pagedlib
+from pagedlib import block_manager as bm_module
+from pagedlib.block_manager import BlockManager, OutOfBlocks
+
+
+def state(bm: BlockManager):
+    """Everything observable (and the free lists), to prove a refused operation changed nothing."""
+    return ({s: (bm.block_table(s), bm.token_ids(s)) for s in bm.seq_ids},
+            [bm.ref_count(b) for b in range(bm.num_blocks)], bm.num_free_blocks, bm.stats(),
+            list(bm._fresh), list(bm._cached_free), dict(bm._cache))
+
+
+# ---- basics ------------------------------------------------------------------------------------
+def test_exports():
+    assert pagedlib.BlockManager is BlockManager and pagedlib.OutOfBlocks is OutOfBlocks
+
+
+def test_allocate_without_caching_returns_zero_and_gives_whole_blocks():
+    bm = BlockManager(10, 4)
+    assert bm.allocate("a", range(9)) == 0
+    assert len(bm.block_table("a")) == 3 and bm.num_free_blocks == 7
+    assert all(bm.ref_count(b) == 1 for b in bm.block_table("a"))
+
+
+def test_slot_formula():
+    bm = BlockManager(10, 4)
+    bm.allocate("x", [7])
+    bm.allocate("a", range(6))
+    table = bm.block_table("a")
+    for i in range(6):
+        assert bm.slot("a", i) == table[i // 4] * 4 + i % 4
+    assert bm.slot("a", 5) == table[1] * 4 + 1
+    with pytest.raises(IndexError):
+        bm.slot("a", 6)
+
+
+def test_append_grows_one_block_when_the_last_is_full():
+    bm = BlockManager(4, 2)
+    bm.allocate("a", [1, 2])
+    assert bm.append("a", 3) == [] and len(bm.block_table("a")) == 2
+    assert bm.append("a", 4) == [] and len(bm.block_table("a")) == 2
+    bm.append("a", 5)
+    assert len(bm.block_table("a")) == 3 and bm.num_tokens("a") == 5
+
+
+def test_free_returns_blocks_and_block_table_is_a_copy():
+    bm = BlockManager(4, 2)
+    bm.allocate("a", [1, 2, 3])
+    bm.block_table("a").append(99)
+    assert len(bm.block_table("a")) == 2
+    bm.free("a")
+    assert bm.num_free_blocks == 4 and "a" not in bm and len(bm) == 0
+
+
+def test_constructor_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="num_blocks"):
+        BlockManager(0, 16)
+    with pytest.raises(ValueError, match="block_size"):
+        BlockManager(4, 0)
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+def test_out_of_blocks_on_allocate_changes_nothing():
+    bm = BlockManager(3, 4)
+    bm.allocate("a", range(5))
+    before = state(bm)
+    with pytest.raises(OutOfBlocks, match="need 2 free blocks but only 1") as err:
+        bm.allocate("b", range(8))
+    assert err.value.needed == 2 and err.value.free == 1
+    assert state(bm) == before and "b" not in bm
+
+
+def test_out_of_blocks_on_append_and_copy_on_write_changes_nothing():
+    bm = BlockManager(2, 2)
+    bm.allocate("a", [1, 2, 3])
+    bm.fork("a", "b")                          # block 1 is shared and half full
+    before = state(bm)
+    with pytest.raises(OutOfBlocks):
+        bm.append("a", 4)                      # would need a copy, but nothing is free
+    assert state(bm) == before
+    bm2 = BlockManager(1, 2)
+    bm2.allocate("a", [1, 2])
+    before = state(bm2)
+    with pytest.raises(OutOfBlocks, match="free or preempt"):
+        bm2.append("a", 3)
+    assert state(bm2) == before
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_id_errors(caching):
+    bm = BlockManager(8, 2, enable_prefix_caching=caching)
+    bm.allocate("a", [1, 2, 3])
+    bm.allocate("b", [4])
+    before = state(bm)
+    with pytest.raises(ValueError, match="already has blocks"):
+        bm.allocate("a", [1])
+    with pytest.raises(ValueError, match="child_id already exists"):
+        bm.fork("a", "b")
+    with pytest.raises(ValueError, match="empty"):
+        bm.allocate("c", [])
+    for op in (lambda: bm.free("zz"), lambda: bm.append("zz", 1), lambda: bm.block_table("zz"),
+               lambda: bm.fork("zz", "c"), lambda: bm.num_tokens("zz")):
+        with pytest.raises(KeyError, match="no live sequence"):
+            op()
+    with pytest.raises(ValueError, match="block_id"):
+        bm.ref_count(8)
+    assert state(bm) == before
+
+
+def test_bad_token_ids_with_caching_change_nothing():
+    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1])
+    before = state(bm)
+    with pytest.raises(ValueError, match="token ids"):
+        bm.allocate("b", [1, "x", 3])
+    with pytest.raises(ValueError, match="token ids"):
+        bm.append("a", 2 ** 70)
+    assert state(bm) == before
+
+
+# ---- sharing -----------------------------------------------------------------------------------
+def test_fork_shares_every_block_and_free_releases_references():
+    bm = BlockManager(8, 4)
+    bm.allocate("p", range(6))
+    bm.fork("p", "c")
+    assert bm.block_table("c") == bm.block_table("p")
+    assert all(bm.ref_count(b) == 2 for b in bm.block_table("p"))
+    bm.free("p")
+    assert all(bm.ref_count(b) == 1 for b in bm.block_table("c")) and bm.num_free_blocks == 6
+
+
+def test_copy_on_write_only_for_a_shared_partly_filled_last_block():
+    bm = BlockManager(8, 4)
+    bm.allocate("p", range(6))                 # blocks [0, 1]; block 1 holds 2 of 4 tokens
+    bm.fork("p", "c")
+    copies = bm.append("c", 99)
+    assert copies == [(1, 2)] and bm.block_table("c") == [0, 2] and bm.block_table("p") == [0, 1]
+    assert bm.ref_count(1) == 1 and bm.ref_count(2) == 1 and bm.ref_count(0) == 2
+    assert bm.append("p", 98) == []            # the parent is now the only owner of block 1
+    assert bm.stats()["copies"] == 1
+
+
+def test_full_shared_blocks_stay_shared():
+    bm = BlockManager(8, 4)
+    bm.allocate("p", range(8))                 # two full blocks
+    bm.fork("p", "c")
+    assert bm.append("c", 1) == [] and bm.append("p", 2) == []
+    assert bm.block_table("c")[:2] == bm.block_table("p")[:2]
+    assert bm.block_table("c")[2] != bm.block_table("p")[2]
+
+
+# ---- prefix caching ----------------------------------------------------------------------------
+def test_prefix_hit_is_capped_before_the_last_token():
+    bm = BlockManager(16, 4, enable_prefix_caching=True)
+    assert bm.allocate("a", range(9)) == 0
+    assert bm.allocate("b", range(9)) == 8     # two full blocks shared, token 8 recomputed
+    assert bm.block_table("b")[:2] == bm.block_table("a")[:2]
+    assert bm.allocate("c", range(8)) == 4     # 8 tokens: the second block holds the last token
+    assert bm.allocate("d", range(3)) == 0     # shorter than a block: never cached
+    assert bm.stats()["hit_tokens"] == 12
+
+
+def test_prefix_hash_is_chained():
+    bm = BlockManager(16, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4, 5])
+    assert bm.allocate("b", [9, 9, 3, 4, 5]) == 0  # same second block after a different first one
+    assert bm.allocate("c", [1, 2, 3, 9, 5]) == 2  # only the first block matches
+
+
+def test_freed_blocks_stay_cached_until_reused():
+    bm = BlockManager(4, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4, 5])
+    table = bm.block_table("a")
+    bm.free("a")
+    assert bm.num_free_blocks == 4 and bm.num_cached_blocks == 2
+    assert bm.allocate("b", [1, 2, 3, 4, 6]) == 4 and bm.block_table("b")[:2] == table[:2]
+
+
+def test_blocks_without_content_are_reused_before_cached_ones_and_tail_before_prefix():
+    bm = BlockManager(4, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4])             # blocks 0, 1, both cached
+    bm.free("a")
+    bm.allocate("x", [7])                      # takes an empty block, not a cached one
+    assert bm.num_cached_blocks == 2
+    bm.allocate("y", [8])                      # the last empty block
+    bm.allocate("w", [9])                      # now the least recently used cached block: the tail
+    assert bm.num_cached_blocks == 1 and bm.is_cached(0) and not bm.is_cached(1)
+    assert bm.stats()["evictions"] == 1
+    bm.free("x")
+    assert bm.allocate("z", [1, 2, 3]) == 2    # the prefix block survived
+    assert bm.block_table("z")[0] == 0
+
+
+def test_blocks_filled_by_append_enter_the_cache():
+    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1])
+    for t in (2, 3, 4):
+        bm.append("a", t)
+    assert bm.num_cached_blocks == 2
+    assert bm.allocate("b", [1, 2, 3, 4, 5]) == 4
+    assert bm.block_table("b")[:2] == bm.block_table("a")
+
+
+def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
+    monkeypatch.setattr(bm_module, "block_hash", lambda parent, tokens: b"same")
+    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3])
+    assert bm.allocate("b", [5, 6, 3]) == 0    # same name, other tokens: a miss
+    assert bm.allocate("c", [1, 2, 3]) == 2
+
+
+def test_no_caching_means_no_hits():
+    bm = BlockManager(8, 2)
+    bm.allocate("a", [1, 2, 3])
+    assert bm.allocate("b", [1, 2, 3]) == 0 and bm.num_cached_blocks == 0
+
+
+def test_can_allocate_and_can_append_agree_with_the_operations():
+    bm = BlockManager(3, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4])
+    assert bm.can_allocate([1, 2, 3]) and not bm.can_allocate([5, 6, 7, 8, 9])
+    bm.allocate("b", [1, 2, 3])                # hit on block 0, one new block
+    assert bm.num_free_blocks == 0 and not bm.can_append("a") and bm.can_append("b")
+
+
+# ---- the state machine -------------------------------------------------------------------------
+PREFIXES = [(), (1, 2, 3), (1, 2, 3, 4, 5), (0, 0, 0, 0)]
+
+
+class ShadowKV(RuleBasedStateMachine):
+    """Random allocate / append / fork / free against a shadow copy of the KV storage.
+
+    A token's "K/V" in the shadow is its whole prefix (a tuple), so a block shared or reused with the
+    wrong prefix reads back wrong.
+    """
+    caching = False
+
+    def __init__(self):
+        super().__init__()
+        self.bs = 2
+        self.bm = BlockManager(9, self.bs, enable_prefix_caching=self.caching)
+        self.kv = [None] * (9 * self.bs)       # slot -> prefix tuple written there
+        self.seqs: dict[int, list[int]] = {}
+        self.next_id = 0
+
+    def write(self, seq_id, position):
+        tokens = self.seqs[seq_id]
+        self.kv[self.bm.slot(seq_id, position)] = tuple(tokens[:position + 1])
+
+    def pick(self, data):
+        return data.draw(st.sampled_from(sorted(self.seqs)))
+
+    @rule(prefix=st.sampled_from(PREFIXES), suffix=st.lists(st.integers(0, 2), max_size=5))
+    def allocate(self, prefix, suffix):
+        prompt = list(prefix) + suffix
+        if not prompt:
+            return
+        sid, before, free = self.next_id, state(self.bm), self.bm.num_free_blocks
+        self.next_id += 1
+        try:
+            n_cached = self.bm.allocate(sid, prompt)
+        except OutOfBlocks:
+            assert state(self.bm) == before
+            if not self.caching:
+                assert pagedlib.pages_for(len(prompt), self.bs) > free
+            return
+        assert n_cached % self.bs == 0 and 0 <= n_cached <= len(prompt) - 1
+        assert self.caching or n_cached == 0
+        self.seqs[sid] = prompt
+        for i in range(n_cached):              # cached tokens must already hold the right K/V
+            assert self.kv[self.bm.slot(sid, i)] == tuple(prompt[:i + 1])
+        for i in range(n_cached, len(prompt)):
+            self.write(sid, i)
+
+    @rule(data=st.data(), token=st.integers(0, 2))
+    def append(self, data, token):
+        if not self.seqs:
+            return
+        sid = self.pick(data)
+        before, free = state(self.bm), self.bm.num_free_blocks
+        try:
+            copies = self.bm.append(sid, token)
+        except OutOfBlocks:
+            assert state(self.bm) == before and free == 0
+            return
+        for src, dst in copies:
+            self.kv[dst * self.bs:(dst + 1) * self.bs] = self.kv[src * self.bs:(src + 1) * self.bs]
+        self.seqs[sid].append(token)
+        self.write(sid, len(self.seqs[sid]) - 1)
+
+    @rule(data=st.data())
+    def fork(self, data):
+        if not self.seqs:
+            return
+        parent = self.pick(data)
+        self.bm.fork(parent, self.next_id)
+        self.seqs[self.next_id] = list(self.seqs[parent])
+        self.next_id += 1
+
+    @rule(data=st.data())
+    def free(self, data):
+        if not self.seqs:
+            return
+        sid = self.pick(data)
+        self.bm.free(sid)
+        del self.seqs[sid]
+
+    @rule(data=st.data())
+    def bad_ids_change_nothing(self, data):
+        before = state(self.bm)
+        try:
+            self.bm.append(self.next_id + 100, 1)
+        except KeyError:
+            pass
+        else:
+            raise AssertionError("append on an unknown id must raise KeyError")
+        if self.seqs:
+            sid = self.pick(data)
+            try:
+                self.bm.allocate(sid, [1])
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("allocate on a live id must raise ValueError")
+        assert state(self.bm) == before
+
+    @invariant()
+    def every_sequence_reads_back_its_own_tokens(self):
+        for sid, tokens in self.seqs.items():
+            table = self.bm.block_table(sid)
+            assert len(table) == pagedlib.pages_for(len(tokens), self.bs)
+            got = [self.kv[table[i // self.bs] * self.bs + i % self.bs] for i in range(len(tokens))]
+            assert got == [tuple(tokens[:i + 1]) for i in range(len(tokens))]
+
+    @invariant()
+    def ref_counts_equal_table_membership(self):
+        holders = [0] * self.bm.num_blocks
+        for sid in self.seqs:
+            for b in self.bm.block_table(sid):
+                holders[b] += 1
+        assert holders == [self.bm.ref_count(b) for b in range(self.bm.num_blocks)]
+        referenced = sum(1 for h in holders if h)
+        assert self.bm.num_free_blocks + referenced == self.bm.num_blocks
+        assert sorted(self.bm.seq_ids) == sorted(self.seqs)
+
+
+class ShadowKVWithPrefixCaching(ShadowKV):
+    caching = True
+
+
+SETTINGS = settings(max_examples=120, stateful_step_count=40, derandomize=True, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+TestShadowKV = ShadowKV.TestCase
+TestShadowKV.settings = SETTINGS
+TestShadowKVWithPrefixCaching = ShadowKVWithPrefixCaching.TestCase
+TestShadowKVWithPrefixCaching.settings = SETTINGS
