@@ -195,3 +195,23 @@ def test_2000_requests_under_every_policy_in_under_10_cpu_seconds():
     for p in POLICIES:
         simulate(w, p, request_rate=2.0)
     assert time.process_time() - start < 10.0
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+
+def test_figures_have_titles_labels_and_legends():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pagedlib import plots
+
+    w = Workload.sharegpt(150, seed=0)
+    figs = [plots.paper_figure2(workload=w), plots.paper_figure13(workload=w),
+            plots.sim_waste_vs_block_size(block_sizes=(16, 64), workload=w)]
+    for fig in figs:
+        ax = fig.axes[0]
+        assert ax.get_title() and ax.get_ylabel()
+        assert fig.legends or ax.get_legend()
+        plt.close(fig)
+    assert figs[2].axes[0].get_xlabel() == "page size (tokens per block)"
