@@ -51,6 +51,10 @@ class ReserveMaxLLM(LLM):
     def make_scheduler(self) -> Scheduler:
         return ReserveMaxScheduler(self.block_manager, self.max_num_seqs, self.max_len)
 
+    def _record(self, *args) -> None:
+        super()._record(*args)
+        self.metrics["history"][-1]["reserved_blocks"] = self.scheduler.reserved_blocks
+
     def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
         tokens = super().check_request(index, prompt, params)
         if len(tokens) + params.max_new_tokens > self.max_len:
@@ -67,8 +71,8 @@ def hf_static_generate(hf_model, prompts: Seq[Seq[int]], max_new_tokens: int | S
                        pad_token_id: int = 0) -> tuple[list[list[int]], dict]:
     """Greedy generation with ``transformers``' ``generate`` in static batches of ``batch_size``.
 
-    Each batch is left-padded to its longest prompt and runs for its largest ``max_new_tokens``; each
-    request's output is then cut to its own ``max_new_tokens``. Returns the outputs and a dict with
+    Each batch is left-padded to its longest prompt and runs for its largest ``max_new_tokens`` (so the
+    model's context must hold both); each request's output is then cut to its own ``max_new_tokens``. Returns the outputs and a dict with
     ``tokens_generated`` (useful tokens), ``tokens_computed`` (including the padded and surplus ones),
     ``elapsed_s`` and ``tokens_per_s`` (useful tokens per second).
     """
@@ -80,6 +84,11 @@ def hf_static_generate(hf_model, prompts: Seq[Seq[int]], max_new_tokens: int | S
     for first in range(0, len(prompts), batch_size):
         batch, want = prompts[first:first + batch_size], budgets[first:first + batch_size]
         width, steps = max(len(p) for p in batch), max(want)
+        if width + steps > hf_model.config.n_positions:
+            raise ValueError(f"a static batch (requests {first}..{first + len(batch) - 1}) spans {width} prompt + "
+                             f"{steps} generated positions, more than the model's context "
+                             f"n_positions = {hf_model.config.n_positions}: every request of a static batch runs "
+                             "for the batch's longest output. Use a smaller batch_size or a longer context.")
         ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in batch], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
         with torch.inference_mode():                       # ids, mask: [batch, width], left-padded

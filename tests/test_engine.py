@@ -266,3 +266,32 @@ def test_hf_static_batches_match_one_by_one():
     assert [len(o) for o in outs] == [4, 6, 2, 6, 3] and stats["tokens_generated"] == 21
     for prompt, out in zip(prompts, outs):
         assert out == reference("h4v300", tuple(prompt), 6)[:len(out)]
+
+
+# ---- benchmark and figures -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_bench_engine_quick_prints_the_table_and_the_command(capsys):
+    from pagedlib.bench.__main__ import main
+    assert main(["engine", "--quick", "--no-hf"]) == 0
+    out = capsys.readouterr().out
+    assert "capacity, paged vs reserve-max" in out and "paged (LLM)" in out and "reserve-max" in out
+    assert "outputs identical, paged vs reserve-max: 6/6" in out
+    assert "reproduce: python -m pagedlib.bench engine --quick --no-hf" in out
+
+
+def test_scheduler_figures():
+    import matplotlib
+    matplotlib.use("Agg")
+    from pagedlib import plots
+    llm = engine(num_blocks=10, block_size=4, max_num_seqs=4)
+    llm.generate(random_prompts(6, 300, seed=4, hi=16), max_new_tokens=8, use_tqdm=False)
+    assert llm.metrics["preemptions"] > 0
+    fig = plots.scheduler_timeline(llm.metrics)
+    top, bottom = fig.axes
+    assert top.get_title() and top.get_ylabel() == "requests" and "step" in bottom.get_xlabel()
+    assert {t.get_text() for t in top.get_legend().get_texts()} == {"running", "waiting", "a preemption"}
+    reserve = ReserveMaxLLM(llm.model, num_blocks=10, block_size=4, max_num_seqs=4, max_len=24)
+    reserve.generate(random_prompts(6, 300, seed=4, hi=16), max_new_tokens=8, use_tqdm=False)
+    fig = plots.compare_timelines({"paged": llm.metrics, "reserve-max": reserve.metrics})
+    labels = {t.get_text() for t in fig.axes[1].get_legend().get_texts()}
+    assert {"paged: in use", "reserve-max: reserved", "cache size"} <= labels

@@ -5,3 +5,4 @@ Each figure has a title, axis labels with units and a legend where there is more
 from .style import COLORS, PADDING_HATCH  # noqa: F401
 from .kernels import *  # noqa: F401,F403
 from .sim import *  # noqa: F401,F403
+from .engine import *  # noqa: F401,F403

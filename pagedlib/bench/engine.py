@@ -1,0 +1,149 @@
+"""``python -m pagedlib.bench engine``: the serving engine against its baselines on one workload.
+
+A mixed-length workload is drawn from the ShareGPT-like histogram (the PagedAttention paper's
+Figure 11, ``pagedlib/data/sharegpt_lengths.csv``); each request gets random prompt tokens and
+generates exactly its output length (greedy). The same random-initialised GPT-2 serves it three ways:
+
+1. ``LLM``, paged, within a KV budget of ``--kv-slots`` token slots;
+2. ``ReserveMaxLLM``, the same engine admitting a request only if ``--max-len`` slots can be reserved;
+3. ``transformers``' ``generate`` in static, left-padded batches of ``--hf-batch-size``.
+
+Capacity is the number of requests running at once while others wait (the cache is the limit then);
+speed is generated tokens per second, each request counting only its own output tokens. On a CPU the
+engine's attention uses the PyTorch reference backend by default (``--backend torch``): Triton
+interpreter timings mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+import numpy as np
+import torch
+
+from .. import runtime
+from ..baseline import ReserveMaxLLM, hf_static_generate
+from ..engine import LLM, SamplingParams
+from ..model import DEFAULT_BACKEND, GPT2
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pagedlib.bench engine", description=__doc__.split("\n")[0])
+    p.add_argument("--requests", type=int, default=48, help="requests in the workload")
+    p.add_argument("--seed", type=int, default=0, help="seed of the workload and the model")
+    p.add_argument("--kv-slots", type=int, default=16384, help="KV budget in token slots, for both engines")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-len", type=int, default=2048, help="context; what reserve-max reserves per request")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--embd", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--hf-batch-size", type=int, default=16, help="static batch size of transformers' generate")
+    p.add_argument("--no-hf", action="store_true", help="skip transformers' static batching")
+    p.add_argument("--backend", choices=("torch", "triton"), default=DEFAULT_BACKEND)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--quick", action="store_true", help="a tiny run (a smoke test, numbers mean little)")
+    p.add_argument("--plot", default=None, help="write the scheduler timelines to this PNG")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.requests, args.kv_slots, args.max_len, args.layers, args.embd = 6, 512, 128, 1, 64
+        args.hf_batch_size = 3
+    return args
+
+
+def build_model(args):
+    """A random-initialised transformers GPT-2 and the same weights as a pagedlib GPT2."""
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel
+    transformers.logging.set_verbosity_error()      # its config warns about GPT-2's eos id in a tiny vocab
+    torch.manual_seed(args.seed)
+    # Twice the context: a static batch runs every request for the batch's longest output, so the
+    # padded batch can outgrow max_len (the surplus tokens are thrown away, but must be computable).
+    config = GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.embd, vocab_size=args.vocab,
+                        n_positions=2 * args.max_len, attn_implementation="eager")
+    hf = GPT2LMHeadModel(config).eval().to(device=runtime.DEVICE, dtype=runtime.DTYPE)
+    return hf, GPT2.from_hf(hf, backend=args.backend)
+
+
+def make_workload(args):
+    """Prompts (random token ids) and output lengths with ShareGPT's length distribution."""
+    from ..sim import Workload
+    work = Workload.sharegpt(args.requests, seed=args.seed, max_len=args.max_len)
+    rng = np.random.default_rng(args.seed)
+    prompts = [rng.integers(0, args.vocab, int(n)).tolist() for n in work.prompt_lens]
+    return prompts, [int(n) for n in work.output_lens]
+
+
+def concurrency(metrics: dict) -> tuple[float, int]:
+    """(mean running requests over the steps where others were waiting, peak running)."""
+    hist = metrics["history"]
+    busy = [h["running"] for h in hist if h["waiting"] > 0] or [h["running"] for h in hist]
+    return float(np.mean(busy)), metrics["peak_running"]
+
+
+def run_engine(llm: LLM, prompts, outputs) -> tuple[list, dict]:
+    params = [SamplingParams(max_new_tokens=n) for n in outputs]
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - start
+    m = dict(llm.metrics, wall_s=wall, wall_tokens_per_s=llm.metrics["tokens_generated"] / wall)
+    return outs, m
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    command = "python -m pagedlib.bench engine " + shlex.join(argv)
+    hf, model = build_model(args)
+    prompts, outputs = make_workload(args)
+    num_blocks = args.kv_slots // args.block_size
+    print(f"model: random GPT-2, {args.layers} layers, {args.heads} heads, n_embd {args.embd}, vocab "
+          f"{args.vocab}, requests up to {args.max_len} tokens ({model.num_parameters() / 1e6:.2f} M parameters)")
+    print(f"workload: {len(prompts)} ShareGPT-like requests, prompt mean {np.mean(list(map(len, prompts))):.0f}, "
+          f"output mean {np.mean(outputs):.0f} tokens ({sum(outputs)} to generate)")
+    print(f"KV budget: {args.kv_slots} token slots = {num_blocks} blocks of {args.block_size}; "
+          f"device {runtime.DEVICE.type}, attention backend {args.backend}, torch threads {torch.get_num_threads()}")
+    if runtime.INTERPRET and args.backend == "triton":
+        print("note: Triton runs through the interpreter here: its timings mean nothing (capacity still does).")
+
+    paged = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs)
+    paged_outs, pm = run_engine(paged, prompts, outputs)
+    reserve = ReserveMaxLLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
+                            max_len=args.max_len)
+    reserve_outs, rm = run_engine(reserve, prompts, outputs)
+    rows = [("paged (LLM)", pm, *concurrency(pm)), ("reserve-max", rm, *concurrency(rm))]
+    if not args.no_hf:
+        hf_outs, hm = hf_static_generate(hf, prompts, outputs, args.hf_batch_size)
+        hm["wall_s"], hm["wall_tokens_per_s"] = hm["elapsed_s"], hm["tokens_per_s"]
+
+    print()
+    print(f"{'engine':<26}{'running (busy)':>15}{'peak':>6}{'preempt':>9}{'steps':>8}{'seconds':>9}{'tokens/s':>10}")
+    for name, m, mean_run, peak in rows:
+        print(f"{name:<26}{mean_run:>15.1f}{peak:>6}{m['preemptions']:>9}{m['steps']:>8}"
+              f"{m['wall_s']:>9.1f}{m['wall_tokens_per_s']:>10.0f}")
+    if not args.no_hf:
+        print(f"{'transformers static b=' + str(args.hf_batch_size):<26}{args.hf_batch_size:>15}{'':>6}{'':>9}"
+              f"{'':>8}{hm['wall_s']:>9.1f}{hm['wall_tokens_per_s']:>10.0f}")
+    capacity = rows[0][2] / rows[1][2]
+    print(f"\ncapacity, paged vs reserve-max: {capacity:.1f}x requests at once (target >= 3x)")
+    if not args.no_hf:
+        speed = pm["wall_tokens_per_s"] / hm["wall_tokens_per_s"]
+        print(f"speed, paged vs transformers static batching: {speed:.2f}x tokens/s "
+              f"({hm['tokens_computed']} token positions computed by static batching for {hm['tokens_generated']} useful)")
+        same = sum(a == b for a, b in zip(paged_outs, hf_outs))
+        print(f"outputs identical to transformers: {same}/{len(prompts)} requests")
+    print(f"outputs identical, paged vs reserve-max: {sum(a == b for a, b in zip(paged_outs, reserve_outs))}/{len(prompts)}")
+    if args.plot:
+        from ..plots.engine import compare_timelines
+        compare_timelines({"paged (LLM)": pm, "reserve-max": rm}).savefig(args.plot, dpi=120, bbox_inches="tight")
+        print(f"plot: {args.plot}")
+    print(f"\nreproduce: {command}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
