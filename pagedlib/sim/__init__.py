@@ -19,7 +19,8 @@ counts as external fragmentation, as the paper's "external fragmentation and oth
 steps up to the admission of the last request. Poisson arrivals need seconds per step: see
 :mod:`pagedlib.sim.timing` (a roofline of OPT-13B on an A100 at 50% efficiency, an assumption).
 
-How close to the paper (2,000 ShareGPT requests, seed 0; seeds 1-2 move each number by < 1 point):
+How close to the paper (2,000 ShareGPT requests, seed 0; seeds 1-2 move each share by up to 1.2
+points and each batch by up to 0.5):
 
 ==============  ================  ================  ================  ================  =============
 policy          token %           reservation %     internal %        external %        batch @2 req/s
@@ -32,7 +33,7 @@ vLLM (paged)    96.3 (96.3)       1.6 (~1)          0.0 (~1)          2.0 (~1.7)
 ==============  ================  ================  ================  ================  =============
 
 The shares come from a saturated queue (every policy limited by memory: the steady state). Every one
-is within 2.1 points of the paper. Where they miss, and why:
+is within 2.1 points of the paper (2.5 over seeds 0-2). Where they miss, and why:
 
 - Token shares of Orca are 0.5-1.2 points low: our requests are a little shorter than the paper's.
   Prompt and output are drawn independently from the two histograms, so the real data's correlation
