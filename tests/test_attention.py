@@ -65,6 +65,13 @@ def test_decode_head_dim_x_block_size(case):
     check_decode(x, num_splits, dtype)
 
 
+@pytest.mark.parametrize("head_dim,block_size", [(96, 64), (112, 128), (64, 128)])
+def test_decode_other_supported_sizes(head_dim, block_size):
+    """The rest of the supported range: head_dim 96 and 112, pages of 64 and 128 tokens (> one tile)."""
+    x = random_paged_inputs(lengths(block_size), 8, 2, head_dim, block_size, seed=head_dim + block_size)
+    check_decode(x, 2 if block_size == 128 else 1, torch.float32)
+
+
 @pytest.mark.parametrize("num_splits", [1, 4], ids=lambda s: f"splits{s}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_decode_long_sequence(dtype, num_splits):
@@ -335,11 +342,11 @@ def test_kernel_bandwidth_figure_has_title_labels_and_a_line_per_series():
     assert len(ax.get_legend().get_texts()) == 4              # paged and SDPA for two batch sizes
 
 
-@pytest.mark.slow
-def test_benchmark_on_the_cpu_checks_correctness_and_reports_no_timings(capsys):
+def test_benchmark_on_the_cpu_checks_correctness_and_reports_no_timings(capsys, monkeypatch):
     from pagedlib.bench import attention as bench
     if pagedlib.runtime.DEVICE.type == "cuda":
         pytest.skip("on a GPU the benchmark times the kernels")
+    monkeypatch.setattr(bench, "CPU_CASES", [((4, 2), 80, 8, [1, 9, 40])])   # small, for CI
     assert bench.main([]) == 0
     printed = capsys.readouterr().out
     assert "Timings need a GPU" in printed and "all correct" in printed and " us" not in printed

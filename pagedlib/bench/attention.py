@@ -159,6 +159,10 @@ HEADER = (f"{'batch':>5} {'context':>7} {'block':>5} {'splits':>6} {'paged us':>
           f"{'ref us':>10} {'GB/s':>8} {'of peak':>7} {'vs sdpa':>9} {'vs ref':>9} {'max err':>8}")
 
 
+# (num_heads, num_kv_heads), head_dim, block_size, seq_lens: small enough for the interpreter
+CPU_CASES = [((8, 2), 128, 16, [1, 16, 17, 300]), ((5, 1), 80, 8, [9, 64]), ((6, 3), 256, 32, [33, 2085])]
+
+
 def check_cpu() -> int:
     """Correctness of every kernel path through the interpreter, on small cases; returns the exit code."""
     from ..attention import paged_attention, paged_prefill
@@ -168,8 +172,7 @@ def check_cpu() -> int:
           "checking correctness against the PyTorch reference instead (fp32, NaN in unowned slots).\n")
     print(f"{'kernel':<22} {'heads':>6} {'head_dim':>8} {'block':>5} {'seq_lens':<18} {'max err':>8}  ok")
     worst, failed = 0.0, 0
-    for heads, head_dim, block_size, lens in [((8, 2), 128, 16, [1, 16, 17, 300]), ((5, 1), 80, 8, [9, 64]),
-                                              ((6, 3), 256, 32, [33, 2085])]:
+    for heads, head_dim, block_size, lens in CPU_CASES:
         x = random_paged_inputs(lens, *heads, head_dim, block_size, seed=0)
         ref = paged_attention_ref(*x.args())
         cases = [("decode single pass", paged_attention(*x.args(), num_splits=1), ref),
