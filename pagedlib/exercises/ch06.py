@@ -297,14 +297,14 @@ def prefix_cache_hits(prompts: list[list[int]], block_size: int) -> list[int]:
 
 def _diagnose_hits(answer, expected) -> str | None:
     if answer == expected // BLOCK_SIZE:
-        return "that looks like a count of blocks: the question asks for tokens."
+        return "That looks like a count of blocks: the question asks for tokens."
     if answer % BLOCK_SIZE:
-        return (f"hits come in whole blocks of {BLOCK_SIZE} tokens: a block that only partly "
+        return (f"Hits come in whole blocks of {BLOCK_SIZE} tokens: a block that only partly "
                 "matches is never a hit.")
     if answer > expected:
-        return ("too many: can a prompt get *all* its tokens from the cache? And does a block hit "
+        return ("Too many: can a prompt get *all* its tokens from the cache? And does a block hit "
                 "when its tokens sit at a different position?")
-    return "too few: a prompt hits every leading full block that an earlier prompt also had."
+    return "Too few: a prompt hits every leading full block that an earlier prompt also had."
 
 
 hit_count = Exercise(
