@@ -1,0 +1,104 @@
+"""Chapter 3 exercises: first fit, and the external fragmentation of a pool snapshot.
+
+Reference solutions are plain functions; each name is then rebound to its Exercise, so a notebook
+calls ``ex.first_fit.check(my_function)``.
+"""
+from . import Exercise
+
+
+def first_fit(holes: list[tuple[int, int]], need: int) -> int | None:
+    """Start of the first hole, in pool order, with room for `need` slots; None if no hole is big enough.
+
+    `holes` lists the free ranges of a pool as (start, size), sorted by start.
+    """
+    for start, size in holes:
+        if size >= need:
+            return start
+    return None
+
+
+def _best_fit(holes, need):
+    fits = [(size, start) for start, size in holes if size >= need]
+    return min(fits)[1] if fits else None
+
+
+def _strict_fit(holes, need):
+    return next((start for start, size in holes if size > need), None)
+
+
+def _diagnose_first_fit(answer, expected, args):
+    holes, need = args
+    if answer == _strict_fit(holes, need) and answer != expected:
+        return "a hole of exactly `need` slots is large enough."
+    if answer == _best_fit(holes, need) and answer != expected:
+        return "that is the smallest hole that fits (best fit); first fit takes the first one in pool order."
+    if answer is not None and all(answer != start for start, _ in holes):
+        return "the answer should be the start of one of the holes."
+    if isinstance(answer, int) and expected is not None and answer > expected:
+        return "an earlier hole already has room for `need` slots."
+    if answer is None and expected is not None:
+        return "one of the holes is big enough: does a hole of exactly `need` slots count?"
+    return None
+
+
+first_fit = Exercise(
+    "ch03.first_fit",
+    "Given the free holes of a pool as (start, size) in pool order, where does first fit place a "
+    "request of `need` slots? Return the start, or None if no hole is big enough.",
+    first_fit,
+    cases=[([(0, 512), (1280, 640), (2432, 768), (3968, 128)], 600),
+           ([(0, 40), (100, 50), (200, 80)], 50),
+           ([(0, 512), (1280, 640), (2432, 768), (3968, 128)], 1024),
+           ([(0, 100), (300, 50), (900, 60)], 50),
+           ([(10, 5)], 5),
+           ([], 1),
+           ([(0, 300), (500, 200), (800, 1000)], 150),
+           ([(0, 10), (40, 20), (100, 30)], 25)],
+    diagnose=_diagnose_first_fit,
+    hints=["Walk the holes in the order given and stop at the first one that is large enough.",
+           "A hole of exactly `need` slots is large enough; if the loop ends without a match, return None.",
+           "for start, size in holes: if size >= need: return start  (then return None after the loop)"],
+    wrong=[_best_fit, _strict_fit],
+)
+
+
+def external_fragmentation(snapshot: list[tuple[int, int, str | None]], need: int) -> int:
+    """Free slots of a pool snapshot that a request of `need` slots cannot use.
+
+    `snapshot` lists the pool's segments in order as (start, size, owner); owner None marks a free hole.
+    A hole smaller than `need` is useless to the request: its slots count as external fragmentation.
+    """
+    return sum(size for _, size, owner in snapshot if owner is None and size < need)
+
+
+def _diagnose_external(answer, expected, args):
+    snapshot, need = args
+    free = sum(size for _, size, owner in snapshot if owner is None)
+    if answer == sum(size for _, size, owner in snapshot if owner is None and size <= need) != expected:
+        return "a hole of exactly `need` slots is big enough, so it is not fragmentation."
+    if answer == free and answer != expected:
+        return "that is every free slot; count only the holes too small for the request."
+    if answer == sum(size for _, size, owner in snapshot if owner is not None and size < need):
+        return "free holes are the segments whose owner is None."
+    return None
+
+
+_SNAP = [(0, 512, None), (512, 768, "r2"), (1280, 640, None), (1920, 512, "r4"), (2432, 768, None),
+         (3200, 768, "r6"), (3968, 128, None)]
+
+external_fragmentation = Exercise(
+    "ch03.external_fragmentation",
+    "In a pool snapshot of (start, size, owner) segments, how many free slots sit in holes too small "
+    "for a request of `need` slots?",
+    external_fragmentation,
+    cases=[(_SNAP, 1024), (_SNAP, 600), (_SNAP, 768), (_SNAP, 100),
+           ([(0, 64, "a"), (64, 64, None), (128, 64, "b")], 64),
+           ([(0, 10, None), (10, 20, "x"), (30, 5, None), (35, 40, None)], 30),
+           ([(0, 4096, "only")], 1)],
+    diagnose=_diagnose_external,
+    hints=["Look only at the free segments (owner None). Which of them could hold the request?",
+           "A free hole with size >= need is usable; add up the sizes of the others.",
+           "sum(size for start, size, owner in snapshot if owner is None and size < need)"],
+    wrong=[lambda snapshot, need: sum(s for _, s, o in snapshot if o is None),
+           lambda snapshot, need: sum(s for _, s, o in snapshot if o is None and s <= need)],
+)
