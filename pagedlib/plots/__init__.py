@@ -6,3 +6,4 @@ from .style import COLORS, PADDING_HATCH  # noqa: F401
 from .kernels import *  # noqa: F401,F403
 from .sim import *  # noqa: F401,F403
 from .engine import *  # noqa: F401,F403
+from .memory import *  # noqa: F401,F403

@@ -1,0 +1,94 @@
+"""Memory figures: each returns a Figure with a title, labelled axes and a legend, and draws the data."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import pagedlib  # noqa: E402
+from pagedlib import plots  # noqa: E402
+from pagedlib.allocators import FirstFitAllocator, fragmenting_events  # noqa: E402
+from pagedlib.plots.style import COLORS  # noqa: E402
+
+SEED = [512, 37, 1900, 128, 4]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def labelled(fig):
+    ax = fig.axes[0]
+    title = ax.get_title() or (fig._suptitle.get_text() if fig._suptitle else "")
+    has_legend = bool(fig.legends) or any(a.get_legend() for a in fig.axes)
+    return title and ax.get_xlabel() and has_legend
+
+
+def bar_widths(ax, colour):
+    rgba = matplotlib.colors.to_rgba(colour)
+    return [p.get_width() for p in ax.patches if p.get_facecolor()[:3] == rgba[:3]]
+
+
+def test_plot_rows_draws_kv_tail_and_padding():
+    fig = plots.plot_rows(pagedlib.paged_plan(SEED, 16), pool_slots=40_960)
+    ax = fig.axes[0]
+    assert labelled(fig) and "78 requests" in ax.get_title() and "1.0%" in ax.get_title()
+    assert sorted(bar_widths(ax, COLORS["kv"])) == sorted(SEED)
+    assert sorted(bar_widths(ax, COLORS["tail"])) == [4, 11, 12]
+    fig = plots.plot_rows(pagedlib.reserve_max_plan(SEED, 2048))
+    ax = fig.axes[0]
+    padding = [p for p in ax.patches if p.get_hatch()]
+    assert sorted(p.get_width() for p in padding) == sorted(2048 - n for n in SEED)
+    assert "74.8%" in ax.get_title()
+
+
+def test_plot_rows_into_existing_axes():
+    fig, ax = plt.subplots()
+    assert plots.plot_rows(pagedlib.paged_plan(SEED, 64), ax=ax) is fig and ax.get_legend()
+
+
+def test_plot_pool_timeline_marks_the_refusal():
+    a = FirstFitAllocator(4096)
+    a.replay(fragmenting_events())
+    fig = plots.plot_pool_timeline(a)
+    ax = fig.axes[0]
+    assert labelled(fig) and "1 refusal" in ax.get_title()
+    assert any("r7 refused" in t.get_text() for t in ax.texts)
+    assert len(ax.get_yticks()) == len(a.history)
+    assert sum(bar_widths(ax, COLORS["external"])) == 2048      # the unusable holes at r7's arrival
+    with pytest.raises(ValueError, match="replay"):
+        plots.plot_pool_timeline(FirstFitAllocator(10))
+
+
+def test_plot_waste_vs_page_size():
+    fig = plots.plot_waste_vs_page_size(SEED, (1, 16, 256), max_len=2048, pool_slots=40_960)
+    ax = fig.axes[0]
+    assert labelled(fig) and "page size" in ax.get_xlabel()
+    y = ax.lines[0].get_ydata()
+    assert y[0] == 0 and round(y[1], 1) == 1.0 and y[2] > y[1]
+    assert round(ax.lines[1].get_ydata()[0], 1) == 74.8
+    assert [t.get_text() for t in ax.texts] == ["79", "78", "61"]
+
+
+def test_plot_block_tables_highlights_shared_blocks():
+    bm = pagedlib.BlockManager(8, 4, enable_prefix_caching=True)
+    bm.allocate("a", range(6))
+    bm.fork("a", "b")
+    bm.append("b", 9)
+    fig = plots.plot_block_tables(bm)
+    ax = fig.axes[0]
+    assert labelled(fig) and "3 of 8 blocks" in ax.get_title()
+    assert any(t.get_text() == "×2" for t in ax.texts)            # block 0 is shared
+    arrows = [c for c in ax.texts if hasattr(c, "arrow_patch") and c.arrow_patch is not None]
+    assert len(arrows) == 4                                         # 2 logical blocks per sequence
+
+
+def test_plot_kv_memory():
+    fig = plots.plot_kv_memory("opt-13b", batch_sizes=(1, 2), seq_lens=(2048,), gpus=("A100-40GB",))
+    left = fig.axes[0]
+    assert "800 KiB" in fig._suptitle.get_text() and left.get_ylabel() and left.get_legend()
+    gib = left.lines[0].get_ydata()
+    assert gib[0] == pytest.approx(2048 * 819_200 / 2**30) and gib[1] == pytest.approx(2 * gib[0])
+    assert any(line.get_ydata()[0] == 40 for line in left.lines[1:])
