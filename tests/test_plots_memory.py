@@ -92,3 +92,23 @@ def test_plot_kv_memory():
     gib = left.lines[0].get_ydata()
     assert gib[0] == pytest.approx(2048 * 819_200 / 2**30) and gib[1] == pytest.approx(2 * gib[0])
     assert any(line.get_ydata()[0] == 40 for line in left.lines[1:])
+
+
+def test_page_size_summary_numbers():
+    from pagedlib.widgets import page_size_summary
+    line = page_size_summary(SEED, 16, 40_960, max_len=2048)
+    assert "waste  1.0%" in line and "163 entries (652 bytes)" in line
+    assert "78 requests fit 40,960 slots (3.9x reserve-max's 20)" in line
+
+
+def test_page_size_explorer_redraws_on_slider_change(capsys):
+    from pagedlib.widgets import page_size_explorer
+    box = page_size_explorer(SEED, 40_960)
+    layout, slider, _ = box.children
+    assert "page size  16" in capsys.readouterr().out
+    slider.value = 256
+    assert "page size 256" in capsys.readouterr().out
+    layout.value = "reserve max"
+    assert "waste 74.8%" in capsys.readouterr().out and slider.disabled
+    with pytest.raises(ValueError, match="start"):
+        page_size_explorer(SEED, start=3)
