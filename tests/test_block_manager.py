@@ -359,3 +359,34 @@ TestShadowKV = ShadowKV.TestCase
 TestShadowKV.settings = SETTINGS
 TestShadowKVWithPrefixCaching = ShadowKVWithPrefixCaching.TestCase
 TestShadowKVWithPrefixCaching.settings = SETTINGS
+
+
+# ---- speed -------------------------------------------------------------------------------------
+def test_allocate_and_free_do_not_scan_the_pool():
+    """The same work in a pool 1,000x larger must not be much slower (a scan would be ~1,000x)."""
+    import time
+
+    def best_seconds(num_blocks):
+        bm = BlockManager(num_blocks, 16)
+        prompt = list(range(256))
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(20):
+                for s in range(8):
+                    bm.allocate(s, prompt)
+                for s in range(8):
+                    bm.free(s)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    assert best_seconds(1_000_000) < 10 * best_seconds(1_000)
+
+
+def test_memory_benchmark_runs_and_prints_the_reproduce_command(capsys):
+    from pagedlib.bench.__main__ import main
+    args = ["memory", "--pools", "256,4096", "--rounds", "2", "--repeat", "1", "--live", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "blocks/s" in out and "us/block" in out and "tokens/s" in out
+    assert "reproduce: python -m pagedlib.bench memory --pools 256,4096" in out
