@@ -47,6 +47,7 @@ _EXPORTS = {
     "paged_attention": "attention", "paged_prefill": "attention", "write_kv": "attention",
     # engine
     "GPT2": "model", "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "engine",
+    "ReserveMaxLLM": "baseline",
 }
 _SUBMODULES = {"runtime", "capacity", "allocators", "block_manager", "attention_ref", "attention",
                "model", "scheduler", "engine", "sim", "plots", "widgets", "exercises", "bench"}

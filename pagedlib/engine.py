@@ -95,7 +95,17 @@ class LLM:
 
     :meth:`generate` runs a list of prompts to completion; :meth:`add_request` and :meth:`step` do
     it one step at a time. ``metrics`` describes the last ``generate`` call (or the steps since
-    :meth:`reset_metrics`), with a per-step ``history`` for plots.
+    :meth:`reset_metrics`):
+
+    - ``steps``, ``tokens_generated``, ``elapsed_s``, ``tokens_per_s`` (time spent in steps);
+    - ``preemptions``: sequences sent back to wait because blocks ran out;
+    - ``prompt_tokens_computed``: tokens run through prefill (recomputed ones included, cached ones not);
+    - ``prefix_hit_tokens``: prompt tokens found in the prefix cache instead;
+    - ``peak_blocks_used``, ``peak_running``; ``peak_blocks_saved_by_sharing``: blocks the sequences'
+      tables name minus the blocks really held (parallel samples sharing their prompt);
+    - ``history``: one dict per step (``running``, ``waiting``, ``blocks_used``, ``logical_blocks``,
+      ``preempted``, ``prefill_tokens``, ``decode_tokens``, ``seconds``) for the figures of
+      :mod:`pagedlib.plots.engine`.
     """
 
     def __init__(self, model: GPT2, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,

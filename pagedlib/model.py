@@ -14,9 +14,11 @@ concatenated, with the slot each token's K/V goes to. Two kinds of step:
 - **decode** (one new token per sequence): write its K/V, then attend with ``paged_attention``.
 
 Either way the model returns the logits of each sequence's *last* token, the only ones the engine
-samples from. The attention backend is ``"triton"`` (the course's kernels: compiled on a GPU, through
-the interpreter on a CPU) or ``"torch"`` (the plain PyTorch reference); :data:`DEFAULT_BACKEND` follows
-the runtime and ``GPT2(..., backend=...)`` or ``model.backend = ...`` overrides it.
+samples from. The attention backend is ``"triton"`` (the course's kernels ``write_kv``,
+``paged_prefill``, ``paged_attention``: compiled on a GPU, through the interpreter on a CPU) or
+``"torch"`` (the plain PyTorch references ``paged_prefill_ref``, ``paged_attention_ref``, with
+:func:`write_kv_torch`, an index assignment that mirrors ``write_kv``'s contract). :data:`DEFAULT_BACKEND`
+follows the runtime; ``GPT2(..., backend=...)`` or ``model.backend = ...`` overrides it.
 """
 from __future__ import annotations
 
@@ -113,7 +115,7 @@ def _kernels(backend: str):
     return write_kv_torch, paged_prefill_ref, paged_attention_ref
 
 
-def _gelu(name: str):
+def _activation(name: str):
     if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
         return lambda x: F.gelu(x, approximate="tanh")   # GPT-2's tanh approximation
     if name == "gelu":
@@ -135,7 +137,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(d, eps=config.layer_norm_epsilon)
         self.fc = nn.Linear(d, inner)
         self.fc_out = nn.Linear(inner, d)
-        self.act = _gelu(config.activation_function)
+        self.act = _activation(config.activation_function)
         self.n_head, self.head_dim = config.n_head, config.head_dim
 
     def attention(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],

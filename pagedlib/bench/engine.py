@@ -33,7 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pagedlib.bench engine", description=__doc__.split("\n")[0])
     p.add_argument("--requests", type=int, default=48, help="requests in the workload")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload and the model")
-    p.add_argument("--kv-slots", type=int, default=16384, help="KV budget in token slots, for both engines")
+    p.add_argument("--kv-slots", type=int, default=6144, help="KV budget in token slots, for both engines")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-len", type=int, default=2048, help="context; what reserve-max reserves per request")
     p.add_argument("--max-num-seqs", type=int, default=256)
