@@ -38,7 +38,7 @@ SEED = [512, 37, 1900, 128, 4]
 MAX_LEN, POOL = 2048, 40960
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-extensions", "--hide-scrollbars", "--mute-audio",
+                  "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
                   "--remote-debugging-port=0", "--window-size=1100,900"]
 # Console errors that Jupyter Book 1.x's theme stack prints on EVERY page of the book, whatever the page
 # holds; they are not this widget's. Each is matched exactly; anything else fails the test.
@@ -146,10 +146,19 @@ class Chromium:
                   mobile=mobile)
 
     def screenshot(self, path: Path, selector: str | None = None) -> None:
+        """Save a PNG of the page, or of the element `selector` once its layout has settled."""
         params = {"format": "png", "captureBeyondViewport": True}
         if selector:
-            rect = self.js(f"""(() => {{ const r = document.querySelector({json.dumps(selector)})
-                .getBoundingClientRect(); return [r.x + scrollX, r.y + scrollY, r.width, r.height]; }})()""")
+            measure = f"""new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {{
+                const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();
+                done([r.x + scrollX, r.y + scrollY, r.width, r.height]); }})))"""
+            rect, deadline = self.js(measure), time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
+                again = self.js(measure)
+                if again == rect:
+                    break
+                rect = again
             pad = 8
             params["clip"] = {"x": max(rect[0] - pad, 0), "y": max(rect[1] - pad, 0),
                               "width": rect[2] + 2 * pad, "height": rect[3] + 2 * pad, "scale": 1}
@@ -433,6 +442,20 @@ def test_max_length_and_pool_size(page):
     after = shown(page)
     assert "shorter than the longest request" in after["message"]
     assert after["allocated"] == before["allocated"] and after["capacity"] == before["capacity"]
+    # a pool smaller than one reserve-max slot: reserve-max fits nobody, so there is no ratio
+    focus(page, "max-len")
+    page.js("document.querySelector('[data-testid=\"max-len\"]').select()")
+    page.type_text("4096")
+    page.key("Tab")
+    focus(page, "pool-size")
+    page.js("document.querySelector('[data-testid=\"pool-size\"]').select()")
+    page.type_text("3000")
+    page.key("Tab")
+    got = shown(page)
+    assert got["message"] == ""
+    assert pagedlib.reserve_max_plan(SEED, 4096).capacity(3000) == 0
+    assert int(got["capacity"]) == pagedlib.paged_plan(SEED, 16).capacity(3000)
+    assert got["ratio"] == "n/a"
 
 
 @pytest.mark.slow
@@ -465,7 +488,7 @@ def test_keyboard_reaches_every_control_in_order_and_all_are_labelled(page):
 
 @pytest.mark.slow
 def test_phone_width_is_readable(page):
-    page.viewport(400, 900, mobile=True)
+    page.viewport(400, 1400, mobile=True)
     page.js("window.dispatchEvent(new Event('resize'))")
     page.click('[data-testid="mode-paged"]')
     width = page.js("document.querySelector('.tp').getBoundingClientRect().width")
@@ -478,6 +501,29 @@ def test_phone_width_is_readable(page):
         .map(e => parseFloat(getComputedStyle(e).fontSize)))""")
     assert smallest >= 11, f"text as small as {smallest}px is hard to read on a phone"
     shot(page, "08-phone-400px")
+
+
+@pytest.mark.slow
+def test_dark_theme_keeps_the_text_readable(page, built_page):
+    page.js("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark')")
+    page.open(built_page.as_uri())
+    try:
+        assert page.js("document.documentElement.dataset.theme") == "dark"
+        page.click('[data-testid="mode-paged"]')
+        colours = """(() => { const c = e => getComputedStyle(document.querySelector(e)).color;
+            return [c('[data-testid="waste"]'), c('.tp-row-label'), c('.tp legend')]; })()"""
+        # light text on the dark page (each channel above 150 of 255), once the theme's transition ends
+        deadline = time.monotonic() + 5
+        while True:
+            seen = page.js(colours)
+            light = all(min(map(int, re.findall(r"\d+", c)[:3])) > 150 for c in seen)
+            if light or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert light, seen
+        shot(page, "09-dark-theme")
+    finally:
+        page.js("localStorage.removeItem('mode'); localStorage.removeItem('theme')")
 
 
 @pytest.mark.slow
