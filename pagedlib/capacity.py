@@ -18,6 +18,7 @@ A :class:`Plan` reports the token slots used and allocated, the waste and the ca
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -29,17 +30,29 @@ GiB = 1024 ** 3
 
 
 # ---- pages -------------------------------------------------------------------------------------
+def _int(value, minimum: int) -> int | None:
+    """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return None
+    return value if value >= minimum else None
+
+
 def pages_for(n_tokens: int, page_size: int) -> int:
     """Whole pages needed to hold ``n_tokens`` tokens: ``ceil(n_tokens / page_size)``.
 
     A partly filled last page still counts as a page: ``pages_for(37, 16) == 3`` (48 slots for 37
     tokens). Zero tokens need zero pages.
     """
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+    page, n = _int(page_size, 1), _int(n_tokens, 0)
+    if page is None:
         raise ValueError(f"page_size must be an integer of at least 1 token; got {page_size!r}")
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
+    if n is None:
         raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
-    return -(-n_tokens // page_size)
+    return -(-n // page)
 
 
 # ---- plans -------------------------------------------------------------------------------------
@@ -112,11 +125,12 @@ class Plan:
         ``floor(pool_slots / (allocated / n_requests))``: the pool divided by the average allocation
         per request, computed in exact integers.
         """
-        if isinstance(pool_slots, bool) or not isinstance(pool_slots, int) or pool_slots < 0:
+        pool = _int(pool_slots, 0)
+        if pool is None:
             raise ValueError(f"pool_slots must be a non-negative integer; got {pool_slots!r}")
         if not self.rows or self.allocated == 0:
             raise ValueError("capacity needs a plan with at least one request of length >= 1")
-        return pool_slots * self.n_requests // self.allocated
+        return pool * self.n_requests // self.allocated
 
     def table(self) -> list[dict]:
         """The rows as a list of dicts (request, length, pages, allocated, tail, padding)."""
@@ -141,13 +155,14 @@ class Plan:
 
 
 def _check_lengths(lengths: Sequence[int]) -> list[int]:
-    lengths = list(lengths)
-    if not lengths:
+    checked = [_int(n, 0) for n in lengths]
+    if not checked:
         raise ValueError("lengths must hold at least one request length")
-    for i, n in enumerate(lengths):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"lengths[{i}] must be a non-negative integer number of tokens; got {n!r}")
-    return lengths
+    for i, n in enumerate(checked):
+        if n is None:
+            raise ValueError(f"lengths[{i}] must be a non-negative integer number of tokens; "
+                             f"got {list(lengths)[i]!r}")
+    return checked
 
 
 def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
@@ -157,8 +172,9 @@ def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
     what the request does not fill is padding. A length above ``max_len`` is a ``ValueError``.
     """
     lengths = _check_lengths(lengths)
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+    if _int(max_len, 1) is None:
         raise ValueError(f"max_len must be a positive integer; got {max_len!r}")
+    max_len = operator.index(max_len)
     too_long = [n for n in lengths if n > max_len]
     if too_long:
         raise ValueError(f"requests of {too_long} tokens do not fit a max_len={max_len} slot; "
@@ -177,7 +193,7 @@ def paged_plan(lengths: Sequence[int], page_size: int) -> Plan:
     for i, n in enumerate(lengths):
         pages = pages_for(n, page_size)
         rows.append(PlanRow(f"r{i + 1}", n, pages, pages * page_size, tail=pages * page_size - n))
-    return Plan("paged", page_size, rows)
+    return Plan("paged", operator.index(page_size), rows)
 
 
 # ---- models ------------------------------------------------------------------------------------

@@ -106,3 +106,11 @@ def test_blocks_for_gpu_errors():
         blocks_for_gpu("gpt2", "T4", utilization=1.5)
     with pytest.raises(ValueError, match="page_size"):
         blocks_for_gpu("gpt2", "T4", block_size=0)
+
+
+def test_numpy_integers_are_accepted():
+    np = pytest.importorskip("numpy")
+    plan = pagedlib.paged_plan(np.array(SEED), np.int64(16))
+    assert plan.allocated == 2608 and plan.capacity(np.int64(40_960)) == 78
+    assert pages_for(np.int32(37), 16) == 3
+    assert type(plan.rows[0].length) is int
