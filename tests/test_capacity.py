@@ -109,7 +109,7 @@ def test_blocks_for_gpu_errors():
 
 
 def test_numpy_integers_are_accepted():
-    np = pytest.importorskip("numpy")
+    import numpy as np
     plan = pagedlib.paged_plan(np.array(SEED), np.int64(16))
     assert plan.allocated == 2608 and plan.capacity(np.int64(40_960)) == 78
     assert pages_for(np.int32(37), 16) == 3
