@@ -383,6 +383,7 @@ for module, name in [("decode", "decode_kernel"), ("split_k", "split_kernel"), (
 '''
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_to_a_cubin_for_a_hopper_gpu(tmp_path):
     """The interpreter forgives things the compiler does not; compile each kernel ahead of time for sm_90."""
     import os
