@@ -109,6 +109,13 @@ def test_paged_preempts_the_newest_and_recomputes_it():
     assert r.token_frac == 7 / 8 and r.reservation_frac == 1 / 8 and r.free_frac == 0
 
 
+def test_paged_admission_leaves_room_for_the_first_token():
+    # a 4-token prompt fills a page: admission takes a second page for the token it will generate,
+    # so B waits instead of being admitted and preempted at once
+    r = simulate(Workload([4, 4], [1, 1]), "paged", kv_slots=8, block_size=4, watermark=0)
+    assert r.preemptions == 0 and r.finish_steps.tolist() == [0, 1]
+
+
 def test_paged_tail_of_last_page_that_is_never_filled_is_internal():
     # 1 + 2 = 3 tokens in one 8-slot page: 5 slots are never used; 2 others wait so steps are measured
     r = simulate(Workload([1] * 3, [2] * 3), "paged", kv_slots=8, block_size=8, watermark=0)

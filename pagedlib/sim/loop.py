@@ -54,6 +54,9 @@ class StepLoop:
         # the averages stop once every request has arrived and been admitted (the drain is left out)
         self.measuring = self.measuring and bool(self.pending or self.waiting)
         prefill = self.admit()
+        if not self.running:
+            raise RuntimeError(f"request {self.waiting[0].rid} does not fit in an empty pool: the "
+                               "pool's check() should have rejected it")
         self.generate()
         if self.measuring:
             self.meter.record(self.tokens, self.pool, len(self.running))
