@@ -83,7 +83,10 @@ class Workload:
             raise ValueError(f"max_len must be >= 2 tokens (one prompt, one output); got {max_len}")
         rng = np.random.default_rng(seed)
         prompt = sample_lengths(dataset, "input", num_requests, rng)               # [num_requests]
-        prompt = np.minimum(prompt, max_len - 1)
+        too_long = prompt >= max_len              # no room left for even one output token
+        while too_long.any():
+            prompt[too_long] = sample_lengths(dataset, "input", int(too_long.sum()), rng)
+            too_long = prompt >= max_len
         output = sample_lengths(dataset, "output", num_requests, rng)              # [num_requests]
         too_long = prompt + output > max_len
         while too_long.any():                     # draw those outputs again, keeping the prompts
