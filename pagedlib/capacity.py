@@ -271,7 +271,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
 ]}
 
 
-def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size: int = 16, *,
+def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size: int = 16,
                    utilization: float = 0.9, weights_bytes: int | None = None,
                    activation_bytes: int = 0) -> int:
     """How many KV blocks of ``block_size`` tokens fit a GPU, as serving engines size their cache.
