@@ -186,9 +186,11 @@ class LLM:
         for src, dst in plan.copies:                     # copy-on-write before anyone writes
             self.kv_cache.copy_block(src, dst)
         rows: list[tuple[Sequence, torch.Tensor]] = []
-        prefill_tokens = sum(len(s) - s.num_cached for s in plan.prefills)   # tokens computed, not cached
+        prefill_tokens = 0
         if plan.prefills:
-            logits = self.model(self._prefill_batch(plan.prefills), self.kv_cache)   # [num_seqs, vocab]
+            batch = self._prefill_batch(plan.prefills)
+            prefill_tokens = batch.input_ids.numel()             # computed now (a cached prefix is not)
+            logits = self.model(batch, self.kv_cache)            # [num_seqs, vocab]
             for seq, row in zip(plan.prefills, logits):
                 rows += [(s, row) for s in self._fork_samples(seq)]
         if plan.decodes:

@@ -30,6 +30,7 @@ def tiny_hf(name="h4v300", n_layer=2):
     """A random-initialised small GPT2LMHeadModel (fp32, eager attention), built once per config."""
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=n_layer, n_embd=64, n_positions=128, attn_implementation="eager",
+                                     initializer_range=0.2,  # larger weights: outputs depend on every K/V
                                      **CONFIGS[name])
     return transformers.GPT2LMHeadModel(config).eval()
 
@@ -38,7 +39,8 @@ def tiny_hf(name="h4v300", n_layer=2):
 def reference(name, prompt, max_new_tokens, n_layer=2):
     """transformers' greedy generate for one request alone."""
     with torch.no_grad():
-        out = tiny_hf(name, n_layer).generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens,
+        ids = torch.tensor([prompt])                          # an explicit mask: token 0 is not padding
+        out = tiny_hf(name, n_layer).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                               do_sample=False, pad_token_id=0, eos_token_id=None)
     return out[0, len(prompt):].tolist()
 
@@ -148,6 +150,15 @@ def test_parallel_sampling_shares_the_prompt_and_is_reproducible():
     for j in range(3):                                        # sample j is reproducible from seed + j alone
         one = SamplingParams(max_new_tokens=6, temperature=1.0, seed=11 + j)
         assert llm.generate([prompt], one, use_tqdm=False) == [samples[j]]
+
+
+def test_forked_samples_read_their_prompt_after_copy_on_write():
+    """Greedy n=3: every sample must equal transformers' output, so the shared, partly filled last
+    prompt block must be copied (with its K/V) before each sample writes its own token into it."""
+    prompt = list(range(40, 61))                              # 21 tokens: the last block holds 5 of 8
+    llm = engine(num_blocks=32, block_size=8, max_num_seqs=4)
+    samples = llm.generate([prompt], max_new_tokens=10, n=3, use_tqdm=False)[0]
+    assert samples == [reference("h4v300", tuple(prompt), 10)] * 3
 
 
 def test_sampling_filters():
@@ -288,7 +299,7 @@ def test_scheduler_figures():
     assert llm.metrics["preemptions"] > 0
     fig = plots.scheduler_timeline(llm.metrics)
     top, bottom = fig.axes
-    assert top.get_title() and top.get_ylabel() == "requests" and "step" in bottom.get_xlabel()
+    assert top.get_title() and top.get_ylabel() == "sequences" and "step" in bottom.get_xlabel()
     assert {t.get_text() for t in top.get_legend().get_texts()} == {"running", "waiting", "a preemption"}
     reserve = ReserveMaxLLM(llm.model, num_blocks=10, block_size=4, max_num_seqs=4, max_len=24)
     reserve.generate(random_prompts(6, 300, seed=4, hi=16), max_new_tokens=8, use_tqdm=False)

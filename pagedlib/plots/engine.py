@@ -19,15 +19,15 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
     """Running and waiting requests (top) and KV blocks in use (bottom) at every engine step,
     with the steps that preempted marked."""
     steps = _series(metrics, "step")
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     top.step(steps, _series(metrics, "running"), where="post", color=COLORS["kv"], label="running")
     top.step(steps, _series(metrics, "waiting"), where="post", color=COLORS["tail"], label="waiting")
     preempt = [(s, r) for s, r, p in zip(steps, _series(metrics, "running"), _series(metrics, "preempted")) if p]
     if preempt:
         top.scatter(*zip(*preempt), marker="v", color=COLORS["padding"], zorder=3, label="a preemption")
-    top.set_ylabel("requests")
+    top.set_ylabel("sequences")
     top.set_title(title)
-    top.legend(loc="best")
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 
     used, logical = _series(metrics, "blocks_used"), _series(metrics, "logical_blocks")
     bottom.fill_between(steps, used, step="post", color=COLORS["kv"], alpha=0.6, label="blocks in use")
@@ -37,7 +37,7 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
     bottom.axhline(metrics["num_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
     bottom.set_ylabel(f"KV blocks ({metrics['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
-    bottom.legend(loc="best")
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -46,7 +46,7 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     """Running requests per step for several engines (name -> metrics) on the same workload, and
     the KV blocks each had in use."""
     colours = [COLORS["kv"], COLORS["padding"], COLORS["shared"], COLORS["other"]]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5))
     for (name, m), colour in zip(runs.items(), colours):
         top.step(_series(m, "step"), _series(m, "running"), where="post", color=colour, label=name)
         bottom.step(_series(m, "step"), _series(m, "blocks_used"), where="post", color=colour,
@@ -57,11 +57,11 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     first = next(iter(runs.values()))
     bottom.axhline(first["num_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
     top.set_title(title)
-    top.set_ylabel("running requests")
+    top.set_ylabel("running sequences")
     top.set_xlabel("engine step")
     bottom.set_ylabel(f"KV blocks ({first['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
-    top.legend(loc="best")
-    bottom.legend(loc="best")
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
     return fig
