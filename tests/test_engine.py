@@ -118,14 +118,22 @@ def test_prefix_caching_under_pressure_matches():
     assert llm.metrics["preemptions"] > 0 and llm.metrics["prefix_hit_tokens"] > 0
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_triton_backend_end_to_end(name):
-    """The Triton kernels (interpreter on a CPU) serve a tiny batch exactly like transformers."""
-    llm = engine(name, backend="triton", num_blocks=6, block_size=4, n_layer=1, max_num_seqs=2)
-    prompts = [[5, 3, 9, 1, 4, 7], [2, 8]]
-    llm.generate(prompts, max_new_tokens=3, use_tqdm=False)
-    outs = llm.generate(prompts, max_new_tokens=3, use_tqdm=False)
-    assert outs == [reference(name, tuple(p), 3, n_layer=1) for p in prompts]
+def test_triton_backend_end_to_end_with_preemption():
+    """The Triton kernels (interpreter on a CPU) serve a tiny batch exactly like transformers, with
+    a preemption and its recompute on the way."""
+    llm = engine("h4v300", backend="triton", num_blocks=4, block_size=4, n_layer=1, max_num_seqs=2)
+    prompts = [[5, 3, 9, 1, 4, 7], [2, 8]]                    # K/V of 9 and 5 tokens: 5 blocks > 4
+    assert_matches_transformers(llm, "h4v300", prompts, 4, n_layer=1)
+    assert llm.metrics["preemptions"] > 0
+
+
+def test_triton_backend_end_to_end_with_prefix_cache():
+    """paged_prefill over a cached prefix, through the Triton kernels."""
+    llm = engine("h2v100", backend="triton", num_blocks=8, block_size=4, n_layer=1, max_num_seqs=1,
+                 enable_prefix_caching=True)
+    prompts = [[5, 3, 9, 1, 4, 7], [5, 3, 9, 1, 6]]           # one shared full block
+    assert_matches_transformers(llm, "h2v100", prompts, 3, n_layer=1)
+    assert llm.metrics["prefix_hit_tokens"] == 4
 
 
 # ---- sampling ----------------------------------------------------------------------------------

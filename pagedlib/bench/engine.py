@@ -63,7 +63,8 @@ def build_model(args):
     # Twice the context: a static batch runs every request for the batch's longest output, so the
     # padded batch can outgrow max_len (the surplus tokens are thrown away, but must be computable).
     config = GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.embd, vocab_size=args.vocab,
-                        n_positions=2 * args.max_len, attn_implementation="eager")
+                        n_positions=2 * args.max_len, attn_implementation="eager",
+                        initializer_range=0.2)   # larger than GPT-2's 0.02, so outputs depend on every K/V
     hf = GPT2LMHeadModel(config).eval().to(device=runtime.DEVICE, dtype=runtime.DTYPE)
     return hf, GPT2.from_hf(hf, backend=args.backend)
 
