@@ -71,12 +71,14 @@ def page_size_cost(lengths: list[int], block_size: int, per_page_cost: float) ->
 
 def best_page_size(lengths: list[int], per_page_cost: float, candidates: list[int]) -> int:
     """The candidate page size with the lowest waste + per-page overhead (the smallest one on a tie)."""
-    best = None
-    for size in sorted(candidates):
-        cost = page_size_cost(lengths, size, per_page_cost)
-        if best is None or cost < best[0]:
-            best = (cost, size)
-    return best[1]
+    best_size, best_cost = None, None
+    for size in sorted(candidates):                  # small to large: a tie keeps the smaller size
+        pages = [-(-n // size) for n in lengths]     # ceil(n / size) for every request
+        waste = sum(p * size - n for p, n in zip(pages, lengths))
+        cost = waste + per_page_cost * sum(pages)
+        if best_cost is None or cost < best_cost:
+            best_size, best_cost = size, cost
+    return best_size
 
 
 def _argmin(lengths, candidates, cost):
