@@ -38,7 +38,6 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
     """
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from .plots.memory import plot_rows
 
@@ -55,16 +54,17 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
         paged = layout.value == "paged"
         slider.disabled = not paged
         plan: Plan = paged_plan(lengths, slider.value) if paged else reserve_max_plan(lengths, max_len)
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_rows(plan, width=max_len, pool_slots=pool_slots)
-            display(fig)
-            plt.close(fig)
-            if paged:
-                print(page_size_summary(lengths, slider.value, pool_slots, max_len))
-            else:
-                print(f"reserve max ({max_len:,} per request): waste {plan.waste:.1%} | "
-                      f"{plan.capacity(pool_slots)} requests fit {pool_slots:,} slots")
+        # Replace the Output widget's contents directly (not `with out:`), so the figure and text
+        # land in the widget even where no widget front end is attached (nbval, scripts).
+        out.outputs = ()
+        fig = plot_rows(plan, width=max_len, pool_slots=pool_slots)
+        out.append_display_data(fig)
+        plt.close(fig)
+        if paged:
+            out.append_stdout(page_size_summary(lengths, slider.value, pool_slots, max_len) + "\n")
+        else:
+            out.append_stdout(f"reserve max ({max_len:,} per request): waste {plan.waste:.1%} | "
+                              f"{plan.capacity(pool_slots)} requests fit {pool_slots:,} slots\n")
 
     layout.observe(draw, names="value")
     slider.observe(draw, names="value")

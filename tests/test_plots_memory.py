@@ -101,14 +101,20 @@ def test_page_size_summary_numbers():
     assert "78 requests fit 40,960 slots (3.9x reserve-max's 20)" in line
 
 
+def _widget_text(out) -> str:
+    return "".join(o.get("text", "") for o in out.outputs if o.get("output_type") == "stream")
+
+
 def test_page_size_explorer_redraws_on_slider_change(capsys):
     from pagedlib.widgets import page_size_explorer
     box = page_size_explorer(SEED, 40_960)
-    layout, slider, _ = box.children
-    assert "page size  16" in capsys.readouterr().out
+    layout, slider, out = box.children
+    assert "page size  16" in _widget_text(out)
+    assert sum(o["output_type"] == "display_data" for o in out.outputs) == 1  # one figure
     slider.value = 256
-    assert "page size 256" in capsys.readouterr().out
+    assert "page size 256" in _widget_text(out) and "page size  16" not in _widget_text(out)
     layout.value = "reserve max"
-    assert "waste 74.8%" in capsys.readouterr().out and slider.disabled
+    assert "waste 74.8%" in _widget_text(out) and slider.disabled
+    assert capsys.readouterr().out == ""  # everything went into the widget, nothing leaked to the cell
     with pytest.raises(ValueError, match="start"):
         page_size_explorer(SEED, start=3)
