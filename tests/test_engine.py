@@ -288,13 +288,12 @@ def test_hf_static_batches_match_one_by_one():
 
 
 # ---- benchmark and figures -----------------------------------------------------------------------------
-@pytest.mark.slow
 def test_bench_engine_quick_prints_the_table_and_the_command(capsys):
     from pagedlib.bench.__main__ import main
     assert main(["engine", "--quick", "--no-hf"]) == 0
     out = capsys.readouterr().out
     assert "capacity, paged vs reserve-max" in out and "paged (LLM)" in out and "reserve-max" in out
-    assert "outputs identical, paged vs reserve-max: 6/6" in out
+    assert "outputs identical, paged vs reserve-max: 12/12" in out
     assert "reproduce: python -m pagedlib.bench engine --quick --no-hf" in out
 
 

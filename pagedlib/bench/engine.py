@@ -49,8 +49,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--plot", default=None, help="write the scheduler timelines to this PNG")
     args = p.parse_args(argv)
     if args.quick:
-        args.requests, args.kv_slots, args.max_len, args.layers, args.embd = 6, 512, 128, 1, 64
-        args.hf_batch_size = 3
+        args.requests, args.kv_slots, args.max_len, args.layers, args.embd = 12, 512, 128, 1, 64
+        args.hf_batch_size = 4
     return args
 
 
@@ -108,9 +108,15 @@ def main(argv: list[str]) -> int:
           f"output mean {np.mean(outputs):.0f} tokens ({sum(outputs)} to generate)")
     print(f"KV budget: {args.kv_slots} token slots = {num_blocks} blocks of {args.block_size}; "
           f"device {runtime.DEVICE.type}, attention backend {args.backend}, torch threads {torch.get_num_threads()}")
+    if runtime.DEVICE.type == "cpu" and args.backend == "torch":
+        print("note: on a CPU the reference attention runs one sequence at a time, so a bigger batch is not\n"
+              "      cheaper per token there; the capacity ratio does not depend on the hardware.")
     if runtime.INTERPRET and args.backend == "triton":
         print("note: Triton runs through the interpreter here: its timings mean nothing (capacity still does).")
 
+    if args.quick:
+        print("quick run: a smoke test, its numbers mean little")
+    LLM(model, 8, args.block_size).generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)   # warm-up
     paged = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs)
     paged_outs, pm = run_engine(paged, prompts, outputs)
     reserve = ReserveMaxLLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
