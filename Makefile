@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
 export PYTHONHASHSEED := 0
+# One torch thread per process: the tests run two processes on two cores, and notebooks are executed
+# and checked with the same setting so their stored outputs reproduce exactly.
+export OMP_NUM_THREADS ?= 1
 
 .PHONY: test book lab serve notebooks unit nbval browser clean
 
