@@ -98,3 +98,48 @@ def test_no_nbval_ignore_without_reason(path):
         if "nbval-ignore-output" in tags or "nbval-skip" in tags:
             assert cell.source.lstrip().startswith("#"), (
                 f"cell ignored by nbval without a first-line comment saying why: {cell.source[:80]}")
+
+
+_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(%|x|×)?")
+
+
+def _prose_numbers_not_computed(nb) -> list[str]:
+    """Numbers in the markdown (3+ digits, decimals, percentages) that no code cell or output contains.
+
+    A claim in the course is a number computed in a cell; a number typed only in prose is either a
+    typo waiting to happen or a claim nobody checks. Links, inline code, maths and headings are skipped.
+    """
+    computed = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            computed.append(cell.source)
+            for out in cell.get("outputs", []):
+                data = out.get("data", {})
+                computed += [out.get("text", ""), str(data.get("text/plain", "")), str(data.get("text/html", ""))]
+    computed = "\n".join(computed)
+    missing = []
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        prose = re.sub(r"\[[^\]]*\]\([^)]*\)|\(https?://[^)]*\)|`[^`]*`|\$[^$]*\$", " ", cell.source)
+        prose = re.sub(r"^#+ .*$", " ", prose, flags=re.M)
+        for m in _NUMBER.finditer(prose):
+            n = m.group(1)
+            if "." not in n and not m.group(2) and len(n.replace(",", "")) < 3:
+                continue  # small integers: chapter numbers, "two steps", "16 tokens"
+            if not any(v in computed for v in {n, n.replace(",", ""), n.replace(",", "_")}):
+                missing.append(m.group(0))
+    return missing
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_numbers_in_prose_are_computed_in_cells(path):
+    missing = _prose_numbers_not_computed(nbformat.read(path, as_version=4))
+    assert not missing, f"numbers in the prose that no cell computes or prints: {missing}"
+
+
+def test_prose_number_check_can_fail():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("waste = 0.748"),
+                nbformat.v4.new_markdown_cell("Waste is 74.8% of 10,240 slots, about 3.9x.")]
+    assert _prose_numbers_not_computed(nb) == ["74.8%", "10,240", "3.9x"]
