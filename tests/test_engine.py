@@ -6,21 +6,13 @@ import functools
 
 import pytest
 import torch
+import transformers  # pinned in requirements.txt: a missing one fails, never skips
 
 from pagedlib import GPT2, LLM, SamplingParams
 from pagedlib.baseline import ReserveMaxLLM, hf_static_generate
 
-transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny tensors: one thread is fastest, and avoids oversubscribing the cores next to other pytest workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 CONFIGS = {"h4v300": dict(n_head=4, vocab_size=300), "h2v100": dict(n_head=2, vocab_size=100)}
 

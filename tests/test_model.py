@@ -1,22 +1,13 @@
 """pagedlib.model: GPT-2 over the paged cache gives transformers' logits, whatever the layout."""
 import pytest
 import torch
+import transformers  # pinned in requirements.txt: a missing one fails, never skips
 
 import pagedlib
 from pagedlib import model as model_mod
 from pagedlib.model import GPT2, PagedBatch
 
-transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny tensors: one thread is fastest, and avoids oversubscribing the cores next to other pytest workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_hf(n_head=4, vocab=300, n_layer=2, n_embd=64, seed=0, **extra):
