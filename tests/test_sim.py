@@ -38,6 +38,14 @@ def test_workload_respects_a_smaller_max_len():
     assert w.total_lens.max() <= 512
 
 
+def test_workload_rejects_a_max_len_no_request_fits_instead_of_looping():
+    # Alpaca's shortest prompt is 6 tokens: with max_len 6 the redraws could never succeed
+    with pytest.raises(ValueError, match="max_len must be at least 7 tokens"):
+        Workload.alpaca(3, max_len=6)
+    w = Workload.alpaca(3, max_len=7)
+    assert w.prompt_lens.tolist() == [6, 6, 6] and w.output_lens.tolist() == [1, 1, 1]
+
+
 def test_arrivals():
     w = Workload([1] * 4000, [1] * 4000)
     assert not w.arrival_times(None).any()

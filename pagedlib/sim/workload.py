@@ -37,6 +37,12 @@ def histogram(dataset: str, series: str) -> tuple[np.ndarray, np.ndarray, np.nda
     return lo, hi, mass / mass.sum()
 
 
+def shortest_length(dataset: str, series: str) -> int:
+    """The shortest length :func:`sample_lengths` can draw from this histogram (its lowest bin, rounded)."""
+    lo, _, prob = histogram(dataset, series)
+    return max(1, int(np.rint(lo[prob > 0].min())))
+
+
 def sample_lengths(dataset: str, series: str, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` lengths (int64, >= 1 token) drawn from one histogram of the paper's Figure 11."""
     lo, hi, prob = histogram(dataset, series)
@@ -79,14 +85,18 @@ class Workload:
         """Draw ``num_requests`` (prompt, output) pairs with ``prompt + output <= max_len``."""
         if num_requests < 0:
             raise ValueError(f"num_requests must be >= 0; got {num_requests}")
-        if max_len < 2:
-            raise ValueError(f"max_len must be >= 2 tokens (one prompt, one output); got {max_len}")
+        histogram(dataset, "input")               # validates the dataset name
+        min_output = shortest_length(dataset, "output")
+        shortest = shortest_length(dataset, "input") + min_output
+        if max_len < shortest:                    # the redraws below would never end
+            raise ValueError(f"max_len must be at least {shortest} tokens, the shortest {dataset} "
+                             f"request (prompt + output) the histograms can give; got {max_len}")
         rng = np.random.default_rng(seed)
         prompt = sample_lengths(dataset, "input", num_requests, rng)               # [num_requests]
-        too_long = prompt >= max_len              # no room left for even one output token
+        too_long = prompt > max_len - min_output  # no room left for even the shortest output
         while too_long.any():
             prompt[too_long] = sample_lengths(dataset, "input", int(too_long.sum()), rng)
-            too_long = prompt >= max_len
+            too_long = prompt > max_len - min_output
         output = sample_lengths(dataset, "output", num_requests, rng)              # [num_requests]
         too_long = prompt + output > max_len
         while too_long.any():                     # draw those outputs again, keeping the prompts
