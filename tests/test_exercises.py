@@ -98,6 +98,23 @@ def test_a_looping_function_times_out_as_incorrect():
     assert time.perf_counter() - start < 5
 
 
+def test_a_loop_that_catches_every_exception_still_times_out():
+    ex = Exercise("test.loop_except", "square", lambda x: x * x, cases=[(2,)], wrong=[lambda x: x],
+                  timeout=0.2)
+
+    def forever_and_careless(x):
+        while True:
+            try:
+                sum(range(100))
+            except Exception:  # noqa: BLE001 - what a learner might write
+                continue
+
+    start = time.perf_counter()
+    result = ex.check(forever_and_careless)
+    assert result.state == INCORRECT and "more than" in result.message
+    assert time.perf_counter() - start < 5
+
+
 def test_value_exercise_states_and_messages():
     ex = Exercise("test.value", "2 + 2", 4, wrong=[5], diagnose=lambda a, e: "too big" if a > e else None)
     assert ex.check(4).state == CORRECT
@@ -126,3 +143,17 @@ def test_default_compare():
     assert default_compare([1, 2.0], (1, 2))
     assert not default_compare([1, 2], [1, 2, 3])
     assert default_compare({"a": 1}, {"a": 1.0})
+
+
+def test_an_answer_that_changes_its_inputs_cannot_corrupt_the_cases():
+    exercise = registry()["ch02.reserve_max_waste"]
+    cases = [tuple(list(a) if isinstance(a, list) else a for a in c) for c in exercise.cases]
+
+    def clears_its_input(lengths, max_len):
+        lengths.clear()
+        return 0.0
+
+    result = exercise.check(clears_its_input)
+    assert result.state == INCORRECT and "[512, 37, 1900, 128, 4]" in result.message
+    assert exercise.cases == cases
+    assert exercise.check(exercise.reference).state == CORRECT

@@ -19,6 +19,7 @@ with a message that names the input it failed on. ``registry()`` returns every e
 """
 from __future__ import annotations
 
+import copy
 import html
 import importlib
 import inspect
@@ -84,8 +85,12 @@ def _show(obj) -> None:
     print(obj)
 
 
-class Timeout(Exception):
-    """An answer function ran longer than the exercise allows."""
+class Timeout(BaseException):
+    """An answer function ran longer than the exercise allows.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so that an ``except Exception`` inside the
+    learner's loop cannot swallow it and keep the loop running.
+    """
 
 
 def _call_with_timeout(fn: Callable, args: tuple, seconds: float):
@@ -260,9 +265,11 @@ class Exercise:
         if not callable(answer):
             return INCORRECT, f"expected a function, got a {_type_name(answer)}."
         for args in self.cases:
-            expected = self.reference(*args)
+            # each call gets its own copy of the inputs: an answer that changes them in place
+            # must not change the test cases (or the reference's result) for later checks
+            expected = self.reference(*copy.deepcopy(args))
             try:
-                got = _call_with_timeout(answer, args, self.timeout)
+                got = _call_with_timeout(answer, copy.deepcopy(args), self.timeout)
             except NotImplementedError:
                 return NOT_ATTEMPTED, "the function still raises NotImplementedError: fill in its body."
             except Timeout:
