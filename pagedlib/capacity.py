@@ -177,8 +177,8 @@ def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
     max_len = operator.index(max_len)
     too_long = [n for n in lengths if n > max_len]
     if too_long:
-        raise ValueError(f"requests of {too_long} tokens do not fit a max_len={max_len} slot; "
-                         "raise max_len or shorten them")
+        raise ValueError(f"lengths holds requests of {too_long} tokens, which do not fit a "
+                         f"max_len={max_len} slot; raise max_len or shorten them")
     rows = [PlanRow(f"r{i + 1}", n, 1, max_len, padding=max_len - n) for i, n in enumerate(lengths)]
     return Plan("reserve-max", max_len, rows)
 
@@ -284,11 +284,14 @@ def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size:
     """
     spec = _model(model)
     mem = _gpu_bytes(gpu_mem_bytes)
-    pages_for(0, block_size)  # validates block_size
+    if _int(block_size, 1) is None:
+        raise ValueError(f"block_size must be an integer of at least 1 token; got {block_size!r}")
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1]; got {utilization!r}")
     if activation_bytes < 0:
         raise ValueError(f"activation_bytes must be >= 0; got {activation_bytes!r}")
+    if weights_bytes is not None and weights_bytes < 0:
+        raise ValueError(f"weights_bytes must be >= 0, or None for the model's own; got {weights_bytes!r}")
     weights = spec.weights_bytes if weights_bytes is None else weights_bytes
     budget = int(mem * utilization) - weights - activation_bytes
     return max(budget, 0) // spec.block_bytes(block_size)

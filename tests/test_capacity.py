@@ -53,7 +53,7 @@ def test_waste_grows_with_page_size():
 
 
 def test_plan_errors():
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match=r"lengths holds requests of \[3000\] tokens.*raise max_len"):
         pagedlib.reserve_max_plan([3000], max_len=2048)
     with pytest.raises(ValueError, match="lengths"):
         pagedlib.paged_plan([], 16)
@@ -104,8 +104,10 @@ def test_blocks_for_gpu_errors():
         blocks_for_gpu("gpt2", "B300")
     with pytest.raises(ValueError, match="utilization"):
         blocks_for_gpu("gpt2", "T4", utilization=1.5)
-    with pytest.raises(ValueError, match="page_size"):
+    with pytest.raises(ValueError, match="block_size must be an integer"):
         blocks_for_gpu("gpt2", "T4", block_size=0)
+    with pytest.raises(ValueError, match="weights_bytes"):
+        blocks_for_gpu("gpt2", "T4", weights_bytes=-1)
 
 
 def test_numpy_integers_are_accepted():
