@@ -29,9 +29,18 @@ MIN_TOKENS_PER_SPLIT = 256   # split-K: fewer tokens than this per split costs m
 MAX_SPLITS = 32
 
 
-def kv_tile(head_dim: int) -> int:
-    """Tokens of K/V a program loads per step: 64, or 32 for head_dim 256 (registers are finite)."""
-    return 64 if triton.next_power_of_2(head_dim) <= 128 else 32
+KV_TILE_BYTES = 16 * 1024    # one K (or V) tile: 16 KB keeps every kernel within a T4's 64 KB of shared memory
+
+
+def kv_tile(head_dim: int, dtype: torch.dtype = torch.float16) -> int:
+    """Tokens of K/V a program loads per step: as many as fit a 16 KB tile, between 16 and 64.
+
+    fp16: 64 tokens up to head_dim 128, 32 at head_dim 256. fp32 rows are twice as wide, so half as
+    many tokens (32 at head_dim 128, 16 at 256): with 64, the decode kernel would need 72 KB of
+    shared memory and fail to launch on a T4 (sm_75, 64 KB per program).
+    """
+    row_bytes = max(16, triton.next_power_of_2(head_dim)) * dtype.itemsize
+    return max(16, min(64, KV_TILE_BYTES // row_bytes))
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -120,7 +129,7 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
 def _decode_meta(query: torch.Tensor, dims: CacheDims, num_heads: int) -> dict:
     group = num_heads // dims.num_kv_heads
     return dict(GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
-                BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim), HEAD_DIM=dims.head_dim,
+                BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim, query.dtype), HEAD_DIM=dims.head_dim,
                 HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
                 DOT_PRECISION=_dot_precision(query.dtype), num_warps=_num_warps(dims.head_dim))
 
@@ -178,8 +187,8 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
                          query.stride(0), query.stride(1), out.stride(0), out.stride(1),
                          *_cache_strides(key_cache, value_cache), block_tables.stride(0),
                          GROUP=num_heads // dims.num_kv_heads, BLOCK_M=PREFILL_BLOCK_M,
-                         BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim), HEAD_DIM=dims.head_dim,
-                         HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
+                         BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim, query.dtype),
+                         HEAD_DIM=dims.head_dim, HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
                          DOT_PRECISION=_dot_precision(query.dtype), num_warps=_num_warps(dims.head_dim))
     return out
 

@@ -142,6 +142,11 @@ def test_kv_tile_shrinks_for_the_largest_head_dim():
     assert kv_tile(128) == 64 and kv_tile(80) == 64 and kv_tile(256) == 32
 
 
+def test_kv_tile_halves_for_fp32_rows():
+    assert kv_tile(64, torch.float32) == 64 and kv_tile(128, torch.float32) == 32
+    assert kv_tile(256, torch.float32) == 16 and kv_tile(128, torch.bfloat16) == 64
+
+
 # ---- prefill -------------------------------------------------------------------------------------
 def prefill_case(chunks, cached, heads, head_dim, block_size, dtype, seed):
     lens = [c + p for c, p in zip(chunks, cached)]
@@ -370,22 +375,34 @@ TYPES = {"block_tables": "*i32", "seq_lens": "*i32", "query_start_loc": "*i32", 
          "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "num_splits": "i32"}
 META = dict(GROUP=4, GROUP_PAD=16, BLOCK_M=32, BLOCK_SIZE=16, TILE=64, HEAD_DIM=80, HEAD_DIM_PAD=128,
             DOT_PRECISION="tf32", SPLITS_PAD=8, NUM_KV_HEADS=3, HEADS_PAD=4)
+def compile_for(fn, capability, dtype, meta, num_warps=4):
+    consts = {p.name: meta[p.name] for p in fn.params if p.is_constexpr}
+    sig = {p.name: "constexpr" if p.is_constexpr else TYPES.get(p.name, "i32" if p.name.startswith("stride") else dtype)
+           for p in fn.params}
+    return triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", capability, 32),
+                          options=dict(num_warps=num_warps))
 for module, name in [("decode", "decode_kernel"), ("split_k", "split_kernel"), ("split_k", "merge_kernel"),
                      ("prefill", "prefill_kernel"), ("write_kv", "write_kv_kernel")]:
-    fn = getattr(load(module), name)
-    consts = {p.name: META[p.name] for p in fn.params if p.is_constexpr}
-    sig = {p.name: "constexpr" if p.is_constexpr else TYPES.get(p.name, "i32" if p.name.startswith("stride") else "*fp16")
-           for p in fn.params}
     t = time.time()
-    compiled = triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", 90, 32))
+    compiled = compile_for(getattr(load(module), name), 90, "*fp16", META)
     assert "cubin" in compiled.asm, name
     print(name, "compiled", f"{time.time()-t:.1f}s")
+# A T4 (sm_75) gives a program at most 64 KB of shared memory: the largest tiles the launcher picks
+# (argv: dtype, head_dim, TILE, num_warps) must fit, or the kernel fails to launch on Colab.
+for dtype, head_dim, tile, warps in (a.split(":") for a in sys.argv[2:]):
+    meta = dict(META, HEAD_DIM=int(head_dim), HEAD_DIM_PAD=int(head_dim), TILE=int(tile),
+                DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
+    for module, name in [("decode", "decode_kernel"), ("prefill", "prefill_kernel")]:
+        shared = compile_for(getattr(load(module), name), 75, "*" + dtype, meta, int(warps)).metadata.shared
+        assert shared <= 64 * 1024, f"{name} {dtype} head_dim {head_dim}: {shared} bytes of shared memory on sm_75"
+        print(name, dtype, head_dim, "fits a T4:", shared, "bytes")
 '''
 
 
 @pytest.mark.slow
 def test_every_kernel_compiles_to_a_cubin_for_a_hopper_gpu(tmp_path):
-    """The interpreter forgives things the compiler does not; compile each kernel ahead of time for sm_90."""
+    """The interpreter forgives things the compiler does not; compile each kernel ahead of time for sm_90,
+    and the largest decode and prefill tiles for a T4 (sm_75), whose shared memory they must fit."""
     import os
     import subprocess
     import sys
@@ -393,7 +410,9 @@ def test_every_kernel_compiles_to_a_cubin_for_a_hopper_gpu(tmp_path):
     kernels = Path(pagedlib.__file__).parent / "kernels"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)                   # a cold cache: really compile
-    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_H100, str(kernels)], env=env,
+    t4_cases = [f"{name}:{head_dim}:{kv_tile(head_dim, dtype)}:{pagedlib.attention._num_warps(head_dim)}"
+                for name, dtype in (("fp16", torch.float16), ("fp32", torch.float32)) for head_dim in (128, 256)]
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_H100, str(kernels), *t4_cases], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("compiled") == 5, done.stdout
+    assert done.stdout.count("compiled") == 5 and done.stdout.count("fits a T4") == 8, done.stdout
