@@ -39,6 +39,7 @@ Every operation is O(1) per block: free blocks sit in a deque and an insertion-o
 from __future__ import annotations
 
 import hashlib
+import operator
 from array import array
 from collections import OrderedDict, deque
 from typing import Hashable, Sequence
@@ -131,7 +132,7 @@ class BlockManager:
             raise ValueError(f"allocate({seq_id!r}): token_ids is empty; a prompt needs at least one token")
         hashes, hits = self._match_prefix(tokens)
         n_blocks = -(-len(tokens) // self.block_size)
-        needed = n_blocks - len(hits) + sum(1 for b in hits if self._ref[b] == 0)
+        needed = self._blocks_needed(n_blocks, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(
                 f"allocate({seq_id!r}): {len(tokens)} tokens need {needed} free blocks but only "
@@ -206,17 +207,19 @@ class BlockManager:
 
     def ref_count(self, block_id: int) -> int:
         """How many live block tables hold ``block_id``."""
-        if not 0 <= block_id < self.num_blocks:
-            raise ValueError(f"block_id must be in [0, {self.num_blocks}); got {block_id!r}")
-        return self._ref[block_id]
+        return self._ref[self._block(block_id)]
 
     # ---- helpers for schedulers and notebooks --------------------------------------------------
     def can_allocate(self, token_ids: Sequence[int]) -> bool:
-        """True if :meth:`allocate` of this prompt would succeed now (cache hits counted)."""
+        """True if :meth:`allocate` of this prompt would succeed now (cache hits counted).
+
+        An empty prompt is False: :meth:`allocate` refuses it.
+        """
         tokens = list(token_ids)
+        if not tokens:
+            return False
         _, hits = self._match_prefix(tokens)
-        needed = -(-len(tokens) // self.block_size) - len(hits) + sum(1 for b in hits if self._ref[b] == 0)
-        return needed <= self.num_free_blocks
+        return self._blocks_needed(-(-len(tokens) // self.block_size), hits) <= self.num_free_blocks
 
     def can_append(self, seq_id: Hashable) -> bool:
         """True if :meth:`append` on this sequence would succeed now."""
@@ -263,7 +266,7 @@ class BlockManager:
 
     def is_cached(self, block_id: int) -> bool:
         """True if the prefix cache names this block."""
-        return self._hash_of[block_id] is not None
+        return self._hash_of[self._block(block_id)] is not None
 
     def stats(self) -> dict:
         """Counters for the course: blocks used / free / cached, cache hits in tokens, copies, evictions."""
@@ -288,6 +291,20 @@ class BlockManager:
         except KeyError:
             raise KeyError(f"{op}({seq_id!r}): no live sequence has this id; allocate it first "
                            f"(live: {len(self._seqs)} sequences)") from None
+
+    def _block(self, block_id: int) -> int:
+        """``block_id`` checked: an int in ``[0, num_blocks)`` (a negative one would wrap around)."""
+        try:
+            index = None if isinstance(block_id, bool) else operator.index(block_id)
+        except TypeError:
+            index = None
+        if index is None or not 0 <= index < self.num_blocks:
+            raise ValueError(f"block_id must be an int in [0, {self.num_blocks}); got {block_id!r}")
+        return index
+
+    def _blocks_needed(self, n_blocks: int, hits: list[int]) -> int:
+        """Free blocks a prompt of ``n_blocks`` blocks takes: the misses, plus the hits now free."""
+        return n_blocks - len(hits) + sum(1 for b in hits if self._ref[b] == 0)
 
     def _match_prefix(self, tokens: list[int]) -> tuple[list[bytes], list[int]]:
         """Names of the prompt's full blocks, and the cached blocks matching its longest prefix."""

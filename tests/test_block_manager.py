@@ -107,8 +107,11 @@ def test_id_errors(caching):
                lambda: bm.fork("zz", "c"), lambda: bm.num_tokens("zz")):
         with pytest.raises(KeyError, match="no live sequence"):
             op()
-    with pytest.raises(ValueError, match="block_id"):
-        bm.ref_count(8)
+    for bad in (8, -1, "0", True):
+        with pytest.raises(ValueError, match="block_id"):
+            bm.ref_count(bad)
+        with pytest.raises(ValueError, match="block_id"):
+            bm.is_cached(bad)
     assert state(bm) == before
 
 
@@ -226,6 +229,7 @@ def test_can_allocate_and_can_append_agree_with_the_operations():
     assert bm.can_allocate([1, 2, 3]) and not bm.can_allocate([5, 6, 7, 8, 9])
     bm.allocate("b", [1, 2, 3])                # hit on block 0, one new block
     assert bm.num_free_blocks == 0 and not bm.can_append("a") and bm.can_append("b")
+    assert not bm.can_allocate([])             # allocate refuses an empty prompt
 
 
 # ---- the state machine -------------------------------------------------------------------------
