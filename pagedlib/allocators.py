@@ -43,6 +43,7 @@ class Segment:
 
     @property
     def end(self) -> int:
+        """The first slot past the segment."""
         return self.start + self.size
 
 
@@ -114,9 +115,10 @@ class ContiguousAllocator:
     def replay(self, events: Iterable[tuple]) -> list[Step]:
         """Apply ``("arrive", id, length)`` and ``("finish", id)`` events in order; return the history."""
         for event in events:
-            if event[0] == "arrive" and len(event) == 3:
+            kind = event[0] if isinstance(event, (tuple, list)) and event else None
+            if kind == "arrive" and len(event) == 3:
                 self.arrive(event[1], event[2])
-            elif event[0] == "finish" and len(event) == 2:
+            elif kind == "finish" and len(event) == 2:
                 self.finish(event[1])
             else:
                 raise ValueError(f"unknown event {event!r}; use ('arrive', id, length) or ('finish', id)")
@@ -141,6 +143,7 @@ class ContiguousAllocator:
 
     @property
     def live(self) -> list[Hashable]:
+        """Ids of the requests placed in the pool, in admission order."""
         return list(self._live)
 
     @property
@@ -160,6 +163,7 @@ class ContiguousAllocator:
 
     @property
     def free_slots(self) -> int:
+        """Slots in no reservation (the holes together)."""
         return self.pool_slots - self.reserved_slots
 
     @property
@@ -235,8 +239,10 @@ class ReserveMaxAllocator(ContiguousAllocator):
         super().__init__(pool_slots)
 
     def reservation(self, length: int) -> int:
+        """Always ``max_len``; a ``length`` above it is a ValueError."""
         if length > self.max_len:
-            raise ValueError(f"a request of {length} tokens is longer than max_len={self.max_len}")
+            raise ValueError(f"length={length} tokens is longer than max_len={self.max_len}; raise "
+                             "max_len or shorten the request")
         return self.max_len
 
 
@@ -250,6 +256,7 @@ class FirstFitAllocator(ContiguousAllocator):
     kind = "first-fit"
 
     def reservation(self, length: int) -> int:
+        """Exactly ``length``."""
         return length
 
 

@@ -80,9 +80,10 @@ def test_errors_change_nothing():
         a.arrive("b", 11)
     with pytest.raises(KeyError, match="no such request"):
         a.finish("zz")
-    with pytest.raises(ValueError, match="unknown event"):
-        a.replay([("start", "q")])
-    with pytest.raises(ValueError, match="longer than max_len"):
+    for bad in [("start", "q"), (), "arrive", ("arrive", "q")]:
+        with pytest.raises(ValueError, match="unknown event"):
+            a.replay([bad])
+    with pytest.raises(ValueError, match="length=11 tokens is longer than max_len=10; raise max_len"):
         ReserveMaxAllocator(100, 10).arrive("x", 11)
     assert (a.snapshot(), a.waiting, a.refusals, len(a.history)) == before
 
