@@ -92,6 +92,9 @@ def test_plot_kv_memory():
     gib = left.lines[0].get_ydata()
     assert gib[0] == pytest.approx(2048 * 819_200 / 2**30) and gib[1] == pytest.approx(2 * gib[0])
     assert any(line.get_ydata()[0] == 40 for line in left.lines[1:])
+    plt.close(fig)
+    with pytest.raises(KeyError, match="pick one of"):
+        plots.plot_kv_memory("gpt-5")
 
 
 def test_page_size_summary_numbers():
