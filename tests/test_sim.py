@@ -143,6 +143,9 @@ def test_bad_arguments_say_what_to_fix():
         simulate(w, "paged", kv_slots=64)
     with pytest.raises(ValueError, match="lower max_len"):
         simulate(w, "max", kv_slots=1000, max_len=2048)
+    for name, value in (("kv_slots", 0), ("block_size", 0), ("max_len", -1), ("kv_slots", 1.5e4)):
+        with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+            simulate(w, "oracle", **{name: value})
 
 
 # --- invariants -----------------------------------------------------------------------------------
