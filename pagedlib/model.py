@@ -23,6 +23,7 @@ follows the runtime; ``GPT2(..., backend=...)`` or ``model.backend = ...`` overr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -106,11 +107,14 @@ def write_kv_torch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tens
     value_cache.view(-1, *value_cache.shape[2:])[slots] = value[keep]
 
 
-def _kernels(backend: str):
-    """(write_kv, paged_prefill, paged_attention) of a backend."""
+def _kernels(backend: str, validate: bool = True):
+    """(write_kv, paged_prefill, paged_attention) of a backend. ``validate=False`` skips the Triton
+    functions' checks of tensor values (a few small kernels and a GPU sync per call): every layer
+    sees the same batch, so checking it in the first layer is enough."""
     if backend == "triton":
         from .attention import paged_attention, paged_prefill, write_kv
-        return write_kv, paged_prefill, paged_attention
+        return (partial(write_kv, validate=validate), partial(paged_prefill, validate=validate),
+                partial(paged_attention, validate=validate))
     from .attention_ref import paged_attention_ref, paged_prefill_ref
     return write_kv_torch, paged_prefill_ref, paged_attention_ref
 
@@ -141,9 +145,9 @@ class Block(nn.Module):
         self.n_head, self.head_dim = config.n_head, config.head_dim
 
     def attention(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
-                  batch: PagedBatch, backend: str) -> torch.Tensor:
+                  batch: PagedBatch, backend: str, validate: bool = True) -> torch.Tensor:
         """Self-attention of the batch's new tokens, with every K/V read from and written to the cache."""
-        write_kv, paged_prefill, paged_attention = _kernels(backend)
+        write_kv, paged_prefill, paged_attention = _kernels(backend, validate)
         num_tokens = x.shape[0]
         q, k, v = self.qkv(x).split(x.shape[-1], dim=-1)        # each [num_tokens, n_embd]
         q, k, v = (t.reshape(num_tokens, self.n_head, self.head_dim).contiguous()
@@ -157,8 +161,8 @@ class Block(nn.Module):
                                 batch.query_start_loc)
         return self.attn_out(out.reshape(num_tokens, -1))      # [num_tokens, n_embd]
 
-    def forward(self, x, cache, batch, backend):
-        x = x + self.attention(self.ln_1(x), cache, batch, backend)
+    def forward(self, x, cache, batch, backend, validate=True):
+        x = x + self.attention(self.ln_1(x), cache, batch, backend, validate)
         return x + self.fc_out(self.act(self.fc(self.ln_2(x))))
 
 
@@ -204,8 +208,8 @@ class GPT2(nn.Module):
         """Run the batch's new tokens through the model, writing their K/V into ``kv_cache``;
         return the logits of each sequence's last token, ``[num_seqs, vocab_size]`` (fp32)."""
         x = self.wte(batch.input_ids) + self.wpe(batch.positions)   # [num_tokens, n_embd]
-        for block, cache in zip(self.blocks, kv_cache.layers):
-            x = block(x, cache, batch, self.backend)
+        for layer, (block, cache) in enumerate(zip(self.blocks, kv_cache.layers)):
+            x = block(x, cache, batch, self.backend, validate=layer == 0)   # one batch: check it once
         last = x[batch.query_start_loc[1:].long() - 1]              # [num_seqs, n_embd]
         return (self.ln_f(last) @ self.wte.weight.T).float()        # head tied to the embeddings
 

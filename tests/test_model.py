@@ -120,6 +120,21 @@ def test_triton_backend_matches_torch_backend():
     torch.testing.assert_close(outs[0][1][0], hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
 
 
+
+def test_triton_backend_checks_the_batch_in_the_first_layer_only(monkeypatch):
+    """The value checks cost a GPU sync per call: one layer checks the batch, the others trust it."""
+    from pagedlib import attention_checks
+    model = GPT2.from_hf(tiny_hf(n_layer=3), backend="triton")
+    kv = model.make_kv_cache(num_blocks=4, block_size=4)
+    calls = []
+    real = attention_checks.check_page_values
+    monkeypatch.setattr(attention_checks, "check_page_values", lambda *a: calls.append(1) or real(*a))
+    model(batch_for([(0, [3, 1, 4, 1, 5])], [[2, 0]], 4), kv)
+    model(batch_for([(5, [9])], [[2, 0]], 4, is_decode=True), kv)
+    assert len(calls) == 2                                      # one prefill and one decode, not 3 layers each
+    with pytest.raises(ValueError, match="not a slot of the cache"):
+        model(batch_for([(6, [2])], [[2, 7]], 4, is_decode=True), kv)   # block 7 of a 4-block cache
+
 def test_backend_choice():
     model = GPT2.from_hf(tiny_hf(n_layer=1))
     assert model.backend == model_mod.DEFAULT_BACKEND
