@@ -102,6 +102,8 @@ def test_page_size_summary_numbers():
     line = page_size_summary(SEED, 16, 40_960, max_len=2048)
     assert "waste  1.0%" in line and "163 entries (652 bytes)" in line
     assert "78 requests fit 40,960 slots (3.9x reserve-max's 20)" in line
+    with pytest.raises(ValueError, match="lengths must hold at least one"):
+        page_size_summary([], 16)
 
 
 def _widget_text(out) -> str:
@@ -121,3 +123,5 @@ def test_page_size_explorer_redraws_on_slider_change(capsys):
     assert capsys.readouterr().out == ""  # everything went into the widget, nothing leaked to the cell
     with pytest.raises(ValueError, match="start"):
         page_size_explorer(SEED, start=3)
+    with pytest.raises(ValueError, match="lengths must hold at least one"):
+        page_size_explorer([])
