@@ -196,10 +196,20 @@ class LLM:
         if plan.decodes:
             logits = self.model(self._decode_batch(plan.decodes), self.kv_cache)     # [num_seqs, vocab]
             rows += zip(plan.decodes, logits)
-        for seq, row in rows:
-            seq.output.append(sample_token(row, seq.params, seq.generator))
+        for (seq, _), token in zip(rows, self._sample(rows)):
+            seq.output.append(token)
         self._record(plan, prefill_tokens, len(rows), time.perf_counter() - start)
         return self._retire([seq for seq, _ in rows])
+
+    def _sample(self, rows: list[tuple[Sequence, torch.Tensor]]) -> list[int]:
+        """The next token of each (sequence, logits row). The greedy ones come from one argmax over all
+        rows, so a step waits for the GPU once, not once per sequence; the others from sample_token."""
+        if not rows:
+            return []
+        logits = torch.stack([row for _, row in rows])                # [num_rows, vocab_size]
+        best = logits.argmax(-1).tolist()                               # [num_rows]
+        return [best[i] if seq.params.greedy else sample_token(logits[i], seq.params, seq.generator)
+                for i, (seq, _) in enumerate(rows)]
 
     def _fork_samples(self, seq: Sequence) -> list[Sequence]:
         """After a request's prompt is computed: fork it into its ``n`` samples, sharing its blocks."""
