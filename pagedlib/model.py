@@ -220,6 +220,7 @@ class GPT2(nn.Module):
         """Copy the weights of a ``transformers`` ``GPT2LMHeadModel`` (any size, pretrained or random)
         into a paged GPT2. ``dtype``/``device`` default to the runtime's (fp16 on a GPU, fp32 on a CPU)."""
         hf = hf_model.config
+        runtime.check_dtype(dtype or runtime.DTYPE)              # refuse before copying any weight
         if getattr(hf, "scale_attn_by_inverse_layer_idx", False) or not getattr(hf, "scale_attn_weights", True):
             raise ValueError("hf_model.config must use GPT-2's standard attention scale "
                              "(scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False).")
@@ -241,7 +242,6 @@ class GPT2(nn.Module):
                                      (mine.fc, theirs.mlp.c_fc), (mine.fc_out, theirs.mlp.c_proj)):
                     linear.weight.copy_(conv.weight.T)
                     linear.bias.copy_(conv.bias)
-        runtime.check_dtype(dtype or runtime.DTYPE)
         return model.to(device=device or runtime.DEVICE, dtype=dtype or runtime.DTYPE).eval()
 
     @classmethod
