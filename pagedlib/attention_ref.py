@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import runtime
 from .attention_checks import check_decode, check_prefill, check_scale
 
 
@@ -115,7 +116,8 @@ def random_paged_inputs(seq_lens: list[int], num_heads: int, num_kv_heads: int, 
     ``shared_blocks=True`` they are drawn with replacement, so sequences may share blocks (as
     prefix sharing does) and one table may name a block twice. Every cache slot that no sequence
     owns holds NaN, so a kernel that reads past a sequence's end gives NaN, not a plausible number.
-    ``max_blocks`` pads the block table with extra columns (filled with -1, never read).
+    ``max_blocks`` pads the block table with extra columns (filled with -1, never read). The tensors
+    go to ``device`` (default: the runtime's, where the kernels run).
     """
     gen = torch.Generator().manual_seed(seed)
     pages = [-(-n // block_size) for n in seq_lens]                       # pages per sequence
@@ -140,7 +142,7 @@ def random_paged_inputs(seq_lens: list[int], num_heads: int, num_kv_heads: int, 
     key_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
     value_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
     query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen)
-    to = dict(device=device or "cpu")
+    to = dict(device=device or runtime.DEVICE)
     return PagedInputs(query.to(dtype=dtype, **to), key_cache.to(dtype=dtype, **to),
                        value_cache.to(dtype=dtype, **to), block_tables.to(**to),
                        torch.tensor(seq_lens, dtype=torch.int32, device=to["device"]))
