@@ -13,6 +13,10 @@ fails the test. Sequence lengths always include 1, exactly one block and one blo
 Tolerances (max abs and relative error against the fp32-softmax reference, cast to the dtype):
 fp32 1e-5 / 1e-5; fp16 3e-3 / 3e-3 (the kernel feeds probabilities to P @ V in fp16, like every
 fp16 flash-attention kernel; one fp16 ulp near 1.0 is 1e-3).
+
+Every tensor is made on ``pagedlib.runtime.DEVICE``: the same file runs the interpreted kernels on the
+CPU and the compiled ones on a CUDA GPU (scripts/gpu_check.sh). Random values are drawn on the CPU
+from seeded generators and then moved, so both devices test the same numbers.
 """
 import itertools
 
@@ -23,6 +27,7 @@ import pagedlib
 from pagedlib.attention import choose_num_splits, kv_tile, paged_attention, paged_prefill, write_kv
 from pagedlib.attention_ref import gather_kv, paged_attention_ref, paged_prefill_ref, random_paged_inputs
 
+DEVICE = pagedlib.runtime.DEVICE
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=3e-3, rtol=3e-3)}
 DTYPES = [torch.float32, torch.float16]
 HEADS = [(8, 8), (8, 2), (8, 1), (5, 1), (6, 3)]          # MHA, GQA 4:1, MQA, 5:1, 2:1
@@ -101,7 +106,7 @@ def test_decode_padded_block_table_columns_are_never_read():
 
 def test_decode_accepts_a_strided_query_and_explicit_scale():
     x = random_paged_inputs([5, 30], 4, 2, 64, 16, seed=8)
-    fused = torch.randn(2, 3, 4, 64)                          # [num_seqs, q|k|v, num_heads, head_dim]
+    fused = torch.randn(2, 3, 4, 64, device=DEVICE)           # [num_seqs, q|k|v, num_heads, head_dim]
     query = fused[:, 0]                                       # a view with a row stride
     out = paged_attention(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, 0.3, num_splits=2)
     ref = paged_attention_ref(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, 0.3)
@@ -151,9 +156,9 @@ def test_kv_tile_halves_for_fp32_rows():
 def prefill_case(chunks, cached, heads, head_dim, block_size, dtype, seed):
     lens = [c + p for c, p in zip(chunks, cached)]
     x = random_paged_inputs(lens, *heads, head_dim, block_size, dtype=dtype, seed=seed)
-    starts = torch.tensor([0, *itertools.accumulate(chunks)], dtype=torch.int32)
+    starts = torch.tensor([0, *itertools.accumulate(chunks)], dtype=torch.int32, device=DEVICE)
     query = torch.randn(sum(chunks), heads[0], head_dim, generator=torch.Generator().manual_seed(seed))
-    return query.to(dtype), x, starts
+    return query.to(DEVICE, dtype), x, starts                 # [num_tokens, num_heads, head_dim]
 
 
 def check_prefill(query, x, starts, dtype):
@@ -201,7 +206,8 @@ def test_prefill_matches_causal_sdpa_on_gathered_kv():
         v = gather_kv(x.value_cache, x.block_tables[s], n).repeat_interleave(2, 1).transpose(0, 1)
         q = query[rows].transpose(0, 1)                       # [heads, chunk, dim]
         cached = n - q.shape[1]
-        mask = torch.arange(n)[None, :] <= (cached + torch.arange(q.shape[1]))[:, None]
+        positions = cached + torch.arange(q.shape[1], device=DEVICE)           # [chunk]
+        mask = torch.arange(n, device=DEVICE)[None, :] <= positions[:, None]  # [chunk, n]
         want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(0, 1)
         torch.testing.assert_close(out[rows], want, **TOL[torch.float32])
 
@@ -214,7 +220,7 @@ def test_prefill_long_prefix():
 
 def test_prefill_of_one_token_per_sequence_equals_decode():
     x = random_paged_inputs(lengths(16), 8, 2, 64, 16, seed=13)
-    starts = torch.arange(5, dtype=torch.int32)
+    starts = torch.arange(5, dtype=torch.int32, device=DEVICE)
     prefill = paged_prefill(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
     torch.testing.assert_close(prefill, paged_attention(*x.args(), num_splits=1), **TOL[torch.float32])
 
@@ -224,15 +230,18 @@ def test_prefill_of_one_token_per_sequence_equals_decode():
 @pytest.mark.parametrize("num_kv_heads,head_dim,block_size", [(2, 64, 16), (3, 80, 8), (1, 256, 32)])
 def test_write_kv_puts_rows_in_their_slots_and_nothing_else(dtype, num_kv_heads, head_dim, block_size):
     num_blocks = 5
-    key_cache = torch.full((num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype)
+    key_cache = torch.full((num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype,
+                           device=DEVICE)
     value_cache = key_cache.clone()
-    fused = torch.randn(7, 3, num_kv_heads, head_dim).to(dtype)   # [tokens, q|k|v, kv_heads, dim]
+    fused = torch.randn(7, 3, num_kv_heads, head_dim).to(DEVICE, dtype)   # [tokens, q|k|v, kv_heads, dim]
     key, value = fused[:, 1], fused[:, 2]                         # strided views, as from a QKV matmul
-    slots = torch.tensor([3, -1, num_blocks * block_size - 1, block_size, 0, -1, 2 * block_size + 1])
+    slots = torch.tensor([3, -1, num_blocks * block_size - 1, block_size, 0, -1, 2 * block_size + 1],
+                         device=DEVICE)
     write_kv(key, value, key_cache, value_cache, slots)
 
     kept = slots >= 0
-    want_k = torch.full((num_blocks * block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype)
+    want_k = torch.full((num_blocks * block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype,
+                        device=DEVICE)
     want_v = want_k.clone()
     want_k[slots[kept]], want_v[slots[kept]] = key[kept], value[kept]
     flat = (num_blocks * block_size, num_kv_heads, head_dim)
@@ -241,12 +250,12 @@ def test_write_kv_puts_rows_in_their_slots_and_nothing_else(dtype, num_kv_heads,
 
 
 def test_write_kv_accepts_int32_slots_and_an_empty_batch():
-    key_cache = torch.zeros(2, 8, 1, 64)
+    key_cache = torch.zeros(2, 8, 1, 64, device=DEVICE)
     value_cache = torch.zeros_like(key_cache)
-    key = torch.ones(2, 1, 64)
-    write_kv(key, -key, key_cache, value_cache, torch.tensor([9, 2], dtype=torch.int32))
+    key = torch.ones(2, 1, 64, device=DEVICE)
+    write_kv(key, -key, key_cache, value_cache, torch.tensor([9, 2], dtype=torch.int32, device=DEVICE))
     assert key_cache[1, 1].eq(1).all() and value_cache[0, 2].eq(-1).all()
-    write_kv(key[:0], key[:0], key_cache, value_cache, torch.zeros(0, dtype=torch.int64))
+    write_kv(key[:0], key[:0], key_cache, value_cache, torch.zeros(0, dtype=torch.int64, device=DEVICE))
     assert key_cache.sum() == 2 * 64
 
 
@@ -258,10 +267,11 @@ def test_write_then_decode_equals_attention_over_the_tokens():
     key_cache = torch.full_like(x.key_cache, float("nan"))
     value_cache = torch.full_like(x.value_cache, float("nan"))
     gen = torch.Generator().manual_seed(0)
-    keys = [torch.randn(n, num_kv_heads, head_dim, generator=gen) for n in lens]
-    values = [torch.randn(n, num_kv_heads, head_dim, generator=gen) for n in lens]
-    slots = [x.block_tables[s, torch.arange(n) // block_size].long() * block_size
-             + torch.arange(n) % block_size for s, n in enumerate(lens)]
+    keys = [torch.randn(n, num_kv_heads, head_dim, generator=gen).to(DEVICE) for n in lens]
+    values = [torch.randn(n, num_kv_heads, head_dim, generator=gen).to(DEVICE) for n in lens]
+    tokens = [torch.arange(n, device=DEVICE) for n in lens]    # each sequence's positions
+    slots = [x.block_tables[s, t // block_size].long() * block_size + t % block_size
+             for s, t in enumerate(tokens)]
     write_kv(torch.cat(keys), torch.cat(values), key_cache, value_cache, torch.cat(slots))
     out = paged_attention(x.query, key_cache, value_cache, x.block_tables, x.seq_lens)
     for s in range(len(lens)):
@@ -285,9 +295,9 @@ class Tripwire:
 @pytest.mark.parametrize("kernel,call", [
     ("decode_kernel", lambda x: paged_attention(*x.args(), num_splits=1)),
     ("split_kernel", lambda x: paged_attention(*x.args(), num_splits=2)),
-    ("prefill_kernel", lambda x: paged_prefill(*x.args(), torch.arange(3, dtype=torch.int32))),
+    ("prefill_kernel", lambda x: paged_prefill(*x.args(), torch.arange(3, dtype=torch.int32, device=DEVICE))),
     ("write_kv_kernel", lambda x: write_kv(x.key_cache[0], x.value_cache[0], x.key_cache, x.value_cache,
-                                           torch.arange(x.key_cache.shape[1]))),
+                                           torch.arange(x.key_cache.shape[1], device=DEVICE))),
 ])
 def test_each_function_launches_its_triton_kernel(monkeypatch, kernel, call):
     """No silent fallback to PyTorch: with the kernel replaced by a tripwire, the call must hit it."""
