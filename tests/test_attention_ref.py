@@ -2,14 +2,17 @@
 
 Every kernel test trusts paged_attention_ref, so it is checked here against torch's
 scaled_dot_product_attention over a contiguous copy of the same tokens, built without the page table.
+Tensors live on ``pagedlib.runtime.DEVICE``, so the same tests run on the CPU and on a CUDA GPU.
 """
 import pytest
 import torch
 import torch.nn.functional as F
 
-import pagedlib  # noqa: F401  (sets the runtime first)
+import pagedlib  # (sets the runtime first)
 from pagedlib.attention_ref import (gather_kv, paged_attention_ref, paged_prefill_ref,
                                     random_paged_inputs)
+
+DEVICE = pagedlib.runtime.DEVICE
 
 
 def sdpa(q, k, v, scale, causal_from=None):
@@ -19,16 +22,16 @@ def sdpa(q, k, v, scale, causal_from=None):
                                                     v.repeat_interleave(group, 1)))
     mask = None
     if causal_from is not None:
-        q_pos = causal_from + torch.arange(q.shape[1])
-        mask = torch.arange(k.shape[1])[None, :] <= q_pos[:, None]        # [n_q, n_k]
+        q_pos = causal_from + torch.arange(q.shape[1], device=q.device)
+        mask = torch.arange(k.shape[1], device=q.device)[None, :] <= q_pos[:, None]   # [n_q, n_k]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(0, 1)
 
 
 def test_gather_kv_returns_the_tokens_written_through_the_table():
     block_size, seq_len = 4, 10
-    cache = torch.full((6, block_size, 1, 2), float("nan"))
-    table = torch.tensor([5, 0, 3], dtype=torch.int32)
-    tokens = torch.arange(seq_len * 2, dtype=torch.float32).view(seq_len, 1, 2)
+    cache = torch.full((6, block_size, 1, 2), float("nan"), device=DEVICE)
+    table = torch.tensor([5, 0, 3], dtype=torch.int32, device=DEVICE)
+    tokens = torch.arange(seq_len * 2, dtype=torch.float32, device=DEVICE).view(seq_len, 1, 2)
     for t in range(seq_len):
         cache[table[t // block_size], t % block_size] = tokens[t]
     assert torch.equal(gather_kv(cache, table, seq_len), tokens)
@@ -57,9 +60,9 @@ def test_decode_reference_ignores_nan_in_slots_no_sequence_owns():
 
 def test_decode_reference_does_not_depend_on_where_pages_live():
     x = random_paged_inputs([9, 20], 4, 2, 16, 4, seed=1)
-    perm = torch.randperm(x.key_cache.shape[0])                 # move every block elsewhere
+    perm = torch.randperm(x.key_cache.shape[0]).to(DEVICE)      # move every block elsewhere
     new_id = torch.empty_like(perm)
-    new_id[perm] = torch.arange(len(perm))
+    new_id[perm] = torch.arange(len(perm), device=DEVICE)
     table = torch.where(x.block_tables >= 0, new_id[x.block_tables.long().clamp(min=0)],
                         -1).to(torch.int32)
     moved = paged_attention_ref(x.query, x.key_cache[perm], x.value_cache[perm], table, x.seq_lens)
@@ -76,8 +79,8 @@ def test_decode_reference_default_scale_is_inverse_sqrt_head_dim():
 def test_prefill_reference_matches_causal_sdpa(chunks, cached):
     lens = [c + p for c, p in zip(chunks, cached)]
     x = random_paged_inputs(lens, 4, 2, 16, 8, seed=5)
-    starts = torch.tensor([0, *torch.tensor(chunks).cumsum(0).tolist()], dtype=torch.int32)
-    query = torch.randn(sum(chunks), 4, 16)
+    starts = torch.tensor([0, *torch.tensor(chunks).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    query = torch.randn(sum(chunks), 4, 16, device=DEVICE)
     out = paged_prefill_ref(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
     for s, n in enumerate(lens):
         k = gather_kv(x.key_cache, x.block_tables[s], n)
@@ -89,15 +92,15 @@ def test_prefill_reference_matches_causal_sdpa(chunks, cached):
 
 def test_prefill_of_one_token_is_decode():
     x = random_paged_inputs([6, 13], 4, 4, 16, 4, seed=2)
-    starts = torch.tensor([0, 1, 2], dtype=torch.int32)
+    starts = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
     prefill = paged_prefill_ref(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
     torch.testing.assert_close(prefill, paged_attention_ref(*x.args()))
 
 
 def test_prefill_reference_skips_sequences_without_new_tokens():
     x = random_paged_inputs([6, 13], 2, 2, 16, 4)
-    starts = torch.tensor([0, 0, 3], dtype=torch.int32)         # sequence 0 has no new tokens
-    query = torch.randn(3, 2, 16)
+    starts = torch.tensor([0, 0, 3], dtype=torch.int32, device=DEVICE)   # sequence 0 has no new tokens
+    query = torch.randn(3, 2, 16, device=DEVICE)
     out = paged_prefill_ref(query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
     assert torch.isfinite(out).all()
 
