@@ -2,6 +2,8 @@
 
 Each case breaks one thing in otherwise good inputs and checks the message names what is wrong.
 Decode cases run against both the kernel (paged_attention) and the reference, which share the checks.
+Every tensor is made on ``pagedlib.runtime.DEVICE`` (except where a case puts one elsewhere on purpose),
+so each case fails for its own reason, not the device check, on a CUDA GPU as on the CPU.
 """
 import pytest
 import torch
@@ -9,6 +11,8 @@ import torch
 import pagedlib
 from pagedlib.attention import paged_attention, paged_prefill, write_kv
 from pagedlib.attention_ref import paged_attention_ref, paged_prefill_ref, random_paged_inputs
+
+DEVICE = pagedlib.runtime.DEVICE
 
 
 def good():
@@ -19,15 +23,27 @@ def good():
 
 
 def i32(*values):
-    return torch.tensor(values, dtype=torch.int32)
+    return torch.tensor(values, dtype=torch.int32, device=DEVICE)
+
+
+def tensor(values):
+    return torch.tensor(values, device=DEVICE)
+
+
+def randn(*shape):
+    return torch.randn(*shape, device=DEVICE)
+
+
+def zeros(*shape):
+    return torch.zeros(*shape, device=DEVICE)
 
 
 DECODE_CASES = {  # name -> (change to the good inputs, words the message must contain)
     "query_2d": (lambda a: a.update(query=a["query"][:, 0]), ["query", "[num_seqs, num_heads, head_dim]"]),
     "cache_3d": (lambda a: a.update(key_cache=a["key_cache"][0]), ["key_cache", "num_blocks"]),
     "value_shape": (lambda a: a.update(value_cache=a["value_cache"][:3]), ["value_cache", "shape"]),
-    "heads_not_divisible": (lambda a: a.update(query=torch.randn(2, 3, 16)), ["num_heads", "multiple"]),
-    "head_dim_mismatch": (lambda a: a.update(query=torch.randn(2, 4, 32)), ["head_dim", "32", "16"]),
+    "heads_not_divisible": (lambda a: a.update(query=randn(2, 3, 16)), ["num_heads", "multiple"]),
+    "head_dim_mismatch": (lambda a: a.update(query=randn(2, 4, 32)), ["head_dim", "32", "16"]),
     "seq_lens_length": (lambda a: a.update(seq_lens=i32(5, 12, 3)), ["seq_lens", "[num_seqs]"]),
     "table_rows": (lambda a: a.update(block_tables=a["block_tables"][:1]), ["block_tables", "num_seqs"]),
     "table_int64": (lambda a: a.update(block_tables=a["block_tables"].long()), ["block_tables", "int32", "int64"]),
@@ -44,8 +60,8 @@ DECODE_CASES = {  # name -> (change to the good inputs, words the message must c
                       ["key_cache", "float"]),
     "different_devices": (lambda a: a.update(seq_lens=a["seq_lens"].to("meta")), ["device", "seq_lens"]),
     "not_a_tensor": (lambda a: a.update(seq_lens=[5, 12]), ["seq_lens", "torch.Tensor"]),
-    "head_dim_too_big": (lambda a: a.update(query=torch.randn(2, 4, 512), key_cache=torch.zeros(9, 4, 2, 512),
-                                            value_cache=torch.zeros(9, 4, 2, 512)), ["head_dim", "256"]),
+    "head_dim_too_big": (lambda a: a.update(query=randn(2, 4, 512), key_cache=zeros(9, 4, 2, 512),
+                                            value_cache=zeros(9, 4, 2, 512)), ["head_dim", "256"]),
 }
 
 
@@ -82,10 +98,19 @@ def test_bad_num_splits(num_splits):
         paged_attention(**good(), num_splits=num_splits)
 
 
-def test_validate_false_skips_only_the_value_checks():
+@pytest.mark.parametrize("bad_lens", [
+    (5, 0),                                                   # an empty sequence: the kernel reads nothing
+    pytest.param((5, 13), marks=pytest.mark.skipif(          # too long: the kernel reads past the table
+        torch.cuda.is_available(), reason="on a GPU, reading past the block table may be an illegal "
+        "address that breaks the CUDA context for every later test")),
+], ids=["empty_sequence", "too_long_for_table"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide")   # 0/0 of an empty sequence
+def test_validate_false_skips_only_the_value_checks(bad_lens):
     args = good()
-    args["seq_lens"] = i32(5, 13)                             # too long: a value check
-    paged_attention(**args, validate=False)                   # not checked (the caller vouches) ...
+    args["seq_lens"] = i32(*bad_lens)
+    with pytest.raises(ValueError, match="seq_lens"):
+        paged_attention(**args)                               # a value check refuses it ...
+    paged_attention(**args, validate=False)                   # ... validate=False skips it (the caller vouches) ...
     args["block_tables"] = args["block_tables"].long()        # ... but shapes and dtypes always are
     with pytest.raises(ValueError, match="int32"):
         paged_attention(**args, validate=False)
@@ -94,7 +119,7 @@ def test_validate_false_skips_only_the_value_checks():
 # ---- prefill -------------------------------------------------------------------------------------
 def good_prefill():
     args = good()
-    args["query"] = torch.randn(7, 4, 16)                     # 3 new tokens of seq 0, 4 of seq 1
+    args["query"] = randn(7, 4, 16)                           # 3 new tokens of seq 0, 4 of seq 1
     args["query_start_loc"] = i32(0, 3, 7)
     return args
 
@@ -129,21 +154,21 @@ def test_prefill_bad_input_raises_a_value_error_naming_it(fn, name):
 
 # ---- write_kv ------------------------------------------------------------------------------------
 def good_write():
-    key_cache = torch.zeros(3, 4, 2, 16)                      # 12 slots
-    return dict(key=torch.randn(3, 2, 16), value=torch.randn(3, 2, 16), key_cache=key_cache,
-                value_cache=torch.zeros_like(key_cache), slot_mapping=torch.tensor([0, 5, -1]))
+    key_cache = zeros(3, 4, 2, 16)                            # 12 slots
+    return dict(key=randn(3, 2, 16), value=randn(3, 2, 16), key_cache=key_cache,
+                value_cache=torch.zeros_like(key_cache), slot_mapping=tensor([0, 5, -1]))
 
 
 WRITE_CASES = {
     "key_2d": (lambda a: a.update(key=a["key"][:, 0]), ["key", "[num_tokens, num_kv_heads, head_dim]"]),
-    "wrong_kv_heads": (lambda a: a.update(key=torch.randn(3, 4, 16), value=torch.randn(3, 4, 16)), ["key", "2, 16"]),
+    "wrong_kv_heads": (lambda a: a.update(key=randn(3, 4, 16), value=randn(3, 4, 16)), ["key", "2, 16"]),
     "value_tokens": (lambda a: a.update(value=a["value"][:2]), ["value", "shape of key"]),
     "dtype_mismatch": (lambda a: a.update(key=a["key"].half()), ["key", "dtype"]),
-    "slots_length": (lambda a: a.update(slot_mapping=torch.tensor([0, 5])), ["slot_mapping", "[num_tokens]"]),
-    "slots_float": (lambda a: a.update(slot_mapping=torch.tensor([0.0, 5.0, 1.0])), ["slot_mapping", "int64"]),
-    "slot_past_cache": (lambda a: a.update(slot_mapping=torch.tensor([0, 12, -1])), ["slot_mapping[1]", "12"]),
-    "slot_below_minus_one": (lambda a: a.update(slot_mapping=torch.tensor([0, -2, 1])), ["slot_mapping[1]"]),
-    "duplicate_slot": (lambda a: a.update(slot_mapping=torch.tensor([4, 4, -1])), ["slot 4", "more than once"]),
+    "slots_length": (lambda a: a.update(slot_mapping=tensor([0, 5])), ["slot_mapping", "[num_tokens]"]),
+    "slots_float": (lambda a: a.update(slot_mapping=tensor([0.0, 5.0, 1.0])), ["slot_mapping", "int64"]),
+    "slot_past_cache": (lambda a: a.update(slot_mapping=tensor([0, 12, -1])), ["slot_mapping[1]", "12"]),
+    "slot_below_minus_one": (lambda a: a.update(slot_mapping=tensor([0, -2, 1])), ["slot_mapping[1]"]),
+    "duplicate_slot": (lambda a: a.update(slot_mapping=tensor([4, 4, -1])), ["slot 4", "more than once"]),
     "different_devices": (lambda a: a.update(slot_mapping=a["slot_mapping"].to("meta")), ["device"]),
 }
 
@@ -162,7 +187,7 @@ def test_write_kv_bad_input_raises_and_leaves_the_cache_untouched(name):
 
 def test_write_kv_into_a_transposed_cache_is_refused():
     args = good_write()
-    args["key_cache"] = torch.zeros(3, 4, 16, 2).transpose(2, 3)   # head_dim not contiguous
+    args["key_cache"] = zeros(3, 4, 16, 2).transpose(2, 3)         # head_dim not contiguous
     with pytest.raises(ValueError, match="key_cache must be contiguous in its last dimension"):
         write_kv(**args)
 
