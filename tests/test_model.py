@@ -1,4 +1,11 @@
-"""pagedlib.model: GPT-2 over the paged cache gives transformers' logits, whatever the layout."""
+"""pagedlib.model: GPT-2 over the paged cache gives transformers' logits, whatever the layout.
+
+The reference is transformers in fp32 on the CPU. The paged model runs on ``pagedlib.runtime.DEVICE``
+(the Triton interpreter on the CPU, compiled kernels on a CUDA GPU) and, where it is compared with the
+reference at fp32 tolerances, is built in fp32 on a GPU too (``from_hf`` would default to fp16 there).
+The fp16 model is compared at fp16 tolerances (measured on the CPU: max error about 5e-4 on logits of
+about 1, so 1e-2 leaves a margin and still catches a wrong K/V row, which is off by 0.1 or more).
+"""
 import pytest
 import torch
 import transformers  # pinned in requirements.txt: a missing one fails, never skips
@@ -8,6 +15,9 @@ from pagedlib import model as model_mod
 from pagedlib.model import GPT2, PagedBatch
 
 transformers.logging.set_verbosity_error()
+
+DEVICE = pagedlib.runtime.DEVICE
+LOGIT_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=1e-2, rtol=1e-2)}
 
 
 def tiny_hf(n_head=4, vocab=300, n_layer=2, n_embd=64, seed=0, **extra):
@@ -24,8 +34,18 @@ def hf_logits(hf, tokens):
         return hf(torch.tensor([tokens])).logits[0]
 
 
+def paged(hf, backend="torch", dtype=torch.float32):
+    """hf's weights in a paged GPT2 on the runtime's device, in fp32 unless asked (on a GPU too)."""
+    return GPT2.from_hf(hf, backend=backend, dtype=dtype, device=DEVICE)
+
+
+def assert_logits_close(got, want, dtype=torch.float32):
+    """The paged model's logits (on DEVICE) against transformers' (fp32, CPU) at the tolerance of dtype."""
+    torch.testing.assert_close(got.cpu(), want, **LOGIT_TOL[dtype])
+
+
 def batch_for(chunks, tables, block_size, is_decode=False):
-    """A PagedBatch: chunks[s] = (first_position, tokens) of sequence s, whose blocks are tables[s]."""
+    """A PagedBatch on DEVICE: chunks[s] = (first_position, tokens) of sequence s, whose blocks are tables[s]."""
     ids, pos, slots, starts, lens = [], [], [], [0], []
     for (first, tokens), table in zip(chunks, tables):
         for i, t in enumerate(tokens, start=first):
@@ -35,57 +55,62 @@ def batch_for(chunks, tables, block_size, is_decode=False):
         starts.append(starts[-1] + len(tokens))
         lens.append(first + len(tokens))
     width = max(len(t) for t in tables)
-    return PagedBatch(torch.tensor(ids), torch.tensor(pos), torch.tensor(slots),
-                      torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
-                      torch.tensor(lens, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32), is_decode)
+    table_rows = [t + [0] * (width - len(t)) for t in tables]
+    return PagedBatch(torch.tensor(ids, device=DEVICE),                              # [num_tokens]
+                      torch.tensor(pos, device=DEVICE),                              # [num_tokens]
+                      torch.tensor(slots, device=DEVICE),                            # [num_tokens]
+                      torch.tensor(table_rows, dtype=torch.int32, device=DEVICE),    # [num_seqs, max_blocks]
+                      torch.tensor(lens, dtype=torch.int32, device=DEVICE),          # [num_seqs]
+                      torch.tensor(starts, dtype=torch.int32, device=DEVICE),        # [num_seqs + 1]
+                      is_decode)
 
 
 @pytest.mark.parametrize("n_head, vocab", [(2, 100), (4, 500)])
 def test_prefill_logits_match_transformers(n_head, vocab):
     hf = tiny_hf(n_head=n_head, vocab=vocab)
-    model = GPT2.from_hf(hf, backend="torch")
+    model = paged(hf)
     tokens = torch.randint(0, vocab, (13,), generator=torch.Generator().manual_seed(1)).tolist()
     kv = model.make_kv_cache(num_blocks=8, block_size=4)
     logits = model(batch_for([(0, tokens)], [[6, 1, 3, 0]], 4), kv)
     assert logits.shape == (1, vocab)
-    torch.testing.assert_close(logits[0], hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+    assert_logits_close(logits[0], hf_logits(hf, tokens)[-1])
 
 
 def test_cached_prefix_chunk_then_decode_match_transformers():
     """Prefill 8 tokens, then the next 5 as a chunk over the cached prefix, then decode 3 one by one."""
     hf = tiny_hf()
-    model = GPT2.from_hf(hf, backend="torch")
+    model = paged(hf)
     tokens = torch.randint(0, 300, (16,), generator=torch.Generator().manual_seed(2)).tolist()
     ref = hf_logits(hf, tokens)                                  # [16, vocab]
     table, kv = [5, 2, 7, 0], model.make_kv_cache(num_blocks=8, block_size=4)
     out = model(batch_for([(0, tokens[:8])], [table], 4), kv)
-    torch.testing.assert_close(out[0], ref[7], atol=1e-4, rtol=1e-4)
+    assert_logits_close(out[0], ref[7])
     out = model(batch_for([(8, tokens[8:13])], [table], 4), kv)  # only the new tokens are computed
-    torch.testing.assert_close(out[0], ref[12], atol=1e-4, rtol=1e-4)
+    assert_logits_close(out[0], ref[12])
     for i in range(13, 16):
         out = model(batch_for([(i, tokens[i:i + 1])], [table], 4, is_decode=True), kv)
-        torch.testing.assert_close(out[0], ref[i], atol=1e-4, rtol=1e-4)
+        assert_logits_close(out[0], ref[i])
 
 
 def test_batched_sequences_match_each_alone():
     hf = tiny_hf()
-    model = GPT2.from_hf(hf, backend="torch")
+    model = paged(hf)
     g = torch.Generator().manual_seed(3)
     seqs = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (3, 9, 1)]
     tables = [[4], [0, 7, 2], [9]]                               # scattered blocks, block_size 4
     kv = model.make_kv_cache(num_blocks=10, block_size=4)
     out = model(batch_for([(0, s) for s in seqs], tables, 4), kv)
     for row, tokens in zip(out, seqs):
-        torch.testing.assert_close(row, hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+        assert_logits_close(row, hf_logits(hf, tokens)[-1])
     # one decode step for all three at once
     nxt = [s + [7] for s in seqs]
     out = model(batch_for([(len(s), [7]) for s in seqs], tables, 4, is_decode=True), kv)
     for row, tokens in zip(out, nxt):
-        torch.testing.assert_close(row, hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+        assert_logits_close(row, hf_logits(hf, tokens)[-1])
 
 
 def test_kv_goes_only_to_the_given_slots():
-    model = GPT2.from_hf(tiny_hf(), backend="torch")
+    model = paged(tiny_hf())
     kv = model.make_kv_cache(num_blocks=6, block_size=4)
     model(batch_for([(0, [1, 2, 3, 4, 5])], [[3, 1]], 4), kv)
     for key_cache, value_cache in kv.layers:
@@ -96,9 +121,10 @@ def test_kv_goes_only_to_the_given_slots():
 
 def test_both_backends_write_with_the_same_contract():
     """write_kv_torch mirrors the Triton write_kv, slot -1 skipping included."""
-    key, value = torch.randn(3, 2, 16), torch.randn(3, 2, 16)
-    slots = torch.tensor([5, -1, 0])
-    caches = [(torch.zeros(2, 4, 2, 16), torch.zeros(2, 4, 2, 16)) for _ in range(2)]
+    key, value = torch.randn(3, 2, 16, device=DEVICE), torch.randn(3, 2, 16, device=DEVICE)
+    slots = torch.tensor([5, -1, 0], device=DEVICE)
+    caches = [(torch.zeros(2, 4, 2, 16, device=DEVICE), torch.zeros(2, 4, 2, 16, device=DEVICE))
+              for _ in range(2)]
     model_mod.write_kv_torch(key, value, *caches[0], slots)
     pagedlib.write_kv(key, value, *caches[1], slots)
     assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
@@ -110,14 +136,29 @@ def test_triton_backend_matches_torch_backend():
     tokens = [3, 1, 4, 1, 5, 9, 2]
     outs = []
     for backend in ("triton", "torch"):
-        model = GPT2.from_hf(hf, backend=backend)
+        model = paged(hf, backend)
         kv = model.make_kv_cache(num_blocks=4, block_size=4)
         prefill = model(batch_for([(0, tokens[:6])], [[2, 0]], 4), kv)
         decode = model(batch_for([(6, tokens[6:])], [[2, 0]], 4, is_decode=True), kv)
         outs.append((prefill, decode))
     for a, b in zip(*outs):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(outs[0][1][0], hf_logits(hf, tokens)[-1], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a, b, **LOGIT_TOL[torch.float32])
+    assert_logits_close(outs[0][1][0], hf_logits(hf, tokens)[-1])
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_each_dtype_matches_transformers_within_its_tolerance(dtype, backend):
+    """fp16 is from_hf's default on a GPU (Colab's T4): prefill, a chunk over the cached prefix, decode."""
+    hf = tiny_hf(n_layer=1)
+    model = paged(hf, backend, dtype)
+    assert model.dtype == dtype and model.device.type == DEVICE.type
+    tokens = [3, 1, 4, 1, 5, 9, 2, 6, 5]
+    ref = hf_logits(hf, tokens)                                  # [9, vocab]
+    table, kv = [2, 0, 3], model.make_kv_cache(num_blocks=4, block_size=4)
+    assert_logits_close(model(batch_for([(0, tokens[:5])], [table], 4), kv)[0], ref[4], dtype)
+    assert_logits_close(model(batch_for([(5, tokens[5:8])], [table], 4), kv)[0], ref[7], dtype)
+    assert_logits_close(model(batch_for([(8, tokens[8:])], [table], 4, is_decode=True), kv)[0], ref[8], dtype)
 
 
 
@@ -159,7 +200,7 @@ def test_from_hf_copies_shape_and_refuses_unsupported_configs():
 
 
 def test_copy_block_copies_every_layer():
-    model = GPT2.from_hf(tiny_hf(), backend="torch")
+    model = GPT2.from_hf(tiny_hf(), backend="torch")           # the runtime's dtype: fp16 on a GPU
     kv = model.make_kv_cache(num_blocks=3, block_size=2)
     model(batch_for([(0, [1, 2])], [[0]], 2), kv)
     kv.copy_block(0, 2)
