@@ -1,6 +1,8 @@
 """pagedlib.engine: LLM generates exactly what transformers generates, whatever the memory does.
 
-The reference for every request is ``transformers``' greedy ``generate`` on that request alone.
+The reference for every request is ``transformers``' greedy ``generate`` on that request alone (fp32,
+on the CPU). The engines run on ``pagedlib.runtime.DEVICE`` with models built in fp32 there too
+(``from_hf`` would default to fp16 on a GPU), so equal tokens stay a fair demand on a GPU.
 """
 import functools
 
@@ -43,8 +45,13 @@ def random_prompts(num, vocab, lo=1, hi=40, seed=1):
     return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
 
 
+def paged(name="h4v300", n_layer=2, backend="torch"):
+    """The tiny model as a pagedlib GPT2 on the runtime's device, in fp32 (the reference's dtype)."""
+    return GPT2.from_hf(tiny_hf(name, n_layer), backend=backend, dtype=torch.float32)
+
+
 def engine(name="h4v300", backend="torch", num_blocks=64, block_size=16, n_layer=2, **kwargs):
-    return LLM(GPT2.from_hf(tiny_hf(name, n_layer), backend=backend), num_blocks, block_size, **kwargs)
+    return LLM(paged(name, n_layer, backend), num_blocks, block_size, **kwargs)
 
 
 def assert_matches_transformers(llm, name, prompts, max_new_tokens, n_layer=2):
@@ -259,13 +266,13 @@ def test_progress_bar_counts_requests(capsys):
 # ---- baselines ---------------------------------------------------------------------------------------
 def test_reserve_max_admits_fewer_but_generates_the_same():
     prompts = random_prompts(8, 300, seed=8, hi=20)
-    model = GPT2.from_hf(tiny_hf(), backend="torch")
-    paged = LLM(model, num_blocks=32, block_size=4, max_num_seqs=16)
+    model = paged()
+    paged_llm = LLM(model, num_blocks=32, block_size=4, max_num_seqs=16)
     reserve = ReserveMaxLLM(model, num_blocks=32, block_size=4, max_num_seqs=16, max_len=64)
-    outs = paged.generate(prompts, max_new_tokens=8, use_tqdm=False)
+    outs = paged_llm.generate(prompts, max_new_tokens=8, use_tqdm=False)
     assert reserve.generate(prompts, max_new_tokens=8, use_tqdm=False) == outs
     assert reserve.metrics["peak_running"] == 2               # 32 blocks / 16 reserved each
-    assert paged.metrics["peak_running"] >= 3 * reserve.metrics["peak_running"]
+    assert paged_llm.metrics["peak_running"] >= 3 * reserve.metrics["peak_running"]
     assert reserve.metrics["preemptions"] == 0
     with pytest.raises(ValueError, match="max_len = 64"):
         reserve.generate([[1] * 60], max_new_tokens=8, use_tqdm=False)
