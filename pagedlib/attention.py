@@ -160,9 +160,41 @@ def _launch_split_k(out, query, key_cache, value_cache, block_tables, seq_lens, 
         SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=dims.head_dim, HEAD_DIM_PAD=head_dim_pad)
 
 
+def longest_chunk(query_start_loc: torch.Tensor) -> int:
+    """The most new tokens any sequence brings: the longest ``query_start_loc[s + 1] - query_start_loc[s]``.
+
+    Reads the value back to the host, which on a GPU waits for every queued kernel (a synchronisation).
+    """
+    if query_start_loc.numel() < 2:
+        return 0
+    return int((query_start_loc[1:] - query_start_loc[:-1]).max())
+
+
+def _check_max_query_len(max_query_len, query_start_loc: torch.Tensor, num_tokens: int, validate: bool) -> None:
+    """None, or an int bound on the longest chunk: checked against shapes always, against values if validate."""
+    if max_query_len is None:
+        return
+    num_seqs = query_start_loc.shape[0] - 1
+    if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or max_query_len < 0:
+        raise ValueError(f"max_query_len must be None (computed from query_start_loc) or an int >= 0; "
+                         f"got {max_query_len!r}")
+    at_least = -(-num_tokens // num_seqs) if num_seqs > 0 else 0    # some chunk holds ceil(tokens / seqs)
+    if max_query_len < at_least:
+        raise ValueError(f"max_query_len = {max_query_len} is too small: {num_tokens} tokens (query.shape[0]) "
+                         f"over {num_seqs} sequences put at least {at_least} in one chunk. Pass the longest "
+                         "chunk's length, or None to compute it from query_start_loc.")
+    if validate:
+        longest = longest_chunk(query_start_loc)
+        if max_query_len < longest:
+            raise ValueError(f"max_query_len = {max_query_len} is smaller than the longest chunk in "
+                             f"query_start_loc ({longest} new tokens), so its last tokens would get no "
+                             "output. Pass the longest chunk's length, or None to compute it.")
+
+
 def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                   block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-                  scale: float | None = None, *, validate: bool = True) -> torch.Tensor:
+                  scale: float | None = None, *, max_query_len: int | None = None,
+                  validate: bool = True) -> torch.Tensor:
     """Causal attention for a chunk of new tokens per sequence, through a page table, with a Triton kernel.
 
     Sequence ``s`` owns rows ``query_start_loc[s] : query_start_loc[s + 1]`` (int32, ``[num_seqs +
@@ -170,19 +202,27 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
     the cache. ``seq_lens[s]`` counts the cached prefix plus the chunk. Each new token attends to
     every token of its sequence up to and including itself. Returns ``[num_tokens, num_heads,
     head_dim]`` in the query's dtype.
+
+    The grid needs the longest chunk. ``max_query_len=None`` reads it from ``query_start_loc`` (one
+    GPU synchronisation per call); a caller that knows it (the engine built the batch on the host)
+    passes it instead. A larger value only launches programs that exit at once; a smaller one would
+    leave tokens without output, so it is refused: always if the shapes already show it, and
+    against the real longest chunk when ``validate=True``.
     """
     dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
                                     validate)
     scale = check_scale(scale, dims.head_dim)
+    _check_max_query_len(max_query_len, query_start_loc, query.shape[0], validate)
     _check_compiled_device(query.device)
     out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [num_tokens, num_heads, head_dim]
     num_seqs = block_tables.shape[0]
     if num_seqs == 0 or query.shape[0] == 0:
         return out
-    longest_chunk = int((query_start_loc[1:] - query_start_loc[:-1]).max())
+    if max_query_len is None:
+        max_query_len = longest_chunk(query_start_loc)                   # one device sync
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
-    grid = (num_seqs, num_heads, triton.cdiv(longest_chunk, PREFILL_BLOCK_M))
+    grid = (num_seqs, num_heads, triton.cdiv(max_query_len, PREFILL_BLOCK_M))
     prefill_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale,
                          query.stride(0), query.stride(1), out.stride(0), out.stride(1),
                          *_cache_strides(key_cache, value_cache), block_tables.stride(0),

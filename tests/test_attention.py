@@ -225,6 +225,51 @@ def test_prefill_of_one_token_per_sequence_equals_decode():
     torch.testing.assert_close(prefill, paged_attention(*x.args(), num_splits=1), **TOL[torch.float32])
 
 
+# ---- max_query_len: the longest chunk, given instead of read back from the device ------------------
+def prefill_args(query, x, starts):
+    return (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+
+
+@pytest.mark.parametrize("extra", [0, 40], ids=["exact", "larger"])
+def test_prefill_with_max_query_len_gives_identical_output(extra):
+    """The true longest chunk (70 tokens: 3 query tiles) or a larger bound gives bit-identical output."""
+    args = prefill_args(*prefill_case([40, 70, 0, 16], [0, 5, 9, 30], (8, 2), 64, 16, torch.float32, seed=5))
+    want = paged_prefill(*args)
+    for validate in (True, False):
+        got = paged_prefill(*args, max_query_len=70 + extra, validate=validate)
+        assert torch.equal(got, want)
+
+
+def test_prefill_with_max_query_len_never_reads_the_chunk_lengths_back(monkeypatch):
+    """Given max_query_len and validate=False, the call needs no device sync to size its grid."""
+    args = prefill_args(*prefill_case([5, 33], [3, 0], (4, 2), 64, 8, torch.float32, seed=6))
+    want = paged_prefill(*args)
+
+    def no_sync(query_start_loc):
+        raise AssertionError("longest_chunk read query_start_loc back to the host")
+    monkeypatch.setattr(pagedlib.attention, "longest_chunk", no_sync)
+    assert torch.equal(paged_prefill(*args, max_query_len=33, validate=False), want)
+    with pytest.raises(AssertionError, match="read query_start_loc back"):
+        paged_prefill(*args, validate=False)                  # without it, the grid needs the sync
+
+
+def test_prefill_refuses_a_too_small_max_query_len_when_validating():
+    args = prefill_args(*prefill_case([5, 33, 2], [3, 0, 1], (4, 2), 64, 8, torch.float32, seed=7))
+    with pytest.raises(ValueError, match=r"max_query_len = 32 is smaller than the longest chunk .*\(33 new"):
+        paged_prefill(*args, max_query_len=32)
+    paged_prefill(*args, max_query_len=32, validate=False)    # the caller vouches: only shapes are checked
+
+
+@pytest.mark.parametrize("bad,match", [
+    (13, r"max_query_len = 13 is too small: 40 tokens .* over 3 sequences put at least 14"),
+    (-1, "an int >= 0"), (True, "an int >= 0"), (33.0, "an int >= 0"),
+])
+def test_prefill_refuses_a_max_query_len_the_shapes_rule_out_even_without_validate(bad, match):
+    args = prefill_args(*prefill_case([5, 33, 2], [3, 0, 1], (4, 2), 64, 8, torch.float32, seed=7))
+    with pytest.raises(ValueError, match=match):
+        paged_prefill(*args, max_query_len=bad, validate=False)
+
+
 # ---- write_kv ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("num_kv_heads,head_dim,block_size", [(2, 64, 16), (3, 80, 8), (1, 256, 32)])
