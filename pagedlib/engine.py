@@ -263,6 +263,7 @@ class LLM:
         device = self.model.device
         width = max(len(t) for t in tables)
         padded = [t + [0] * (width - len(t)) for t in tables]    # padding is never read (masked by seq_lens)
+        longest = max(end - start for start, end in zip(starts, starts[1:]))   # known here: no GPU sync later
         return PagedBatch(
             input_ids=torch.tensor(ids, dtype=torch.long, device=device),            # [num_tokens]
             positions=torch.tensor(positions, dtype=torch.long, device=device),      # [num_tokens]
@@ -270,7 +271,7 @@ class LLM:
             block_tables=torch.tensor(padded, dtype=torch.int32, device=device),     # [num_seqs, max_blocks]
             seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),           # [num_seqs]
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),  # [num_seqs + 1]
-            is_decode=is_decode)
+            is_decode=is_decode, max_query_len=longest)
 
     # ---- checks ----------------------------------------------------------------------------------
     def _params_for(self, prompts, sampling_params, kwargs) -> list[SamplingParams]:

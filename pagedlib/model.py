@@ -62,6 +62,8 @@ class PagedBatch:
     Sequence ``s`` owns rows ``query_start_loc[s]:query_start_loc[s+1]`` of ``input_ids``; they are
     its *last* tokens, so its K/V before them must already be in the cache. ``is_decode`` says every
     sequence brings exactly one token (then ``paged_attention`` runs instead of ``paged_prefill``).
+    ``max_query_len``, if the builder knows it, is the longest chunk: ``paged_prefill`` sizes its grid
+    with it instead of reading ``query_start_loc`` back from the GPU in every layer.
     """
 
     input_ids: torch.Tensor        # [num_tokens] int64
@@ -71,6 +73,7 @@ class PagedBatch:
     seq_lens: torch.Tensor         # [num_seqs] int32, tokens in the cache after this step
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32
     is_decode: bool
+    max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
 
 
 class KVCache:
@@ -107,6 +110,12 @@ def write_kv_torch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tens
     value_cache.view(-1, *value_cache.shape[2:])[slots] = value[keep]
 
 
+def _prefill_ref(*args, max_query_len: int | None = None):
+    """``paged_prefill_ref`` with the kernel's keyword: the reference loops over sequences, no grid to size."""
+    from .attention_ref import paged_prefill_ref
+    return paged_prefill_ref(*args)
+
+
 def _kernels(backend: str, validate: bool = True):
     """(write_kv, paged_prefill, paged_attention) of a backend. ``validate=False`` skips the Triton
     functions' checks of tensor values (a few small kernels and a GPU sync per call): every layer
@@ -115,8 +124,8 @@ def _kernels(backend: str, validate: bool = True):
         from .attention import paged_attention, paged_prefill, write_kv
         return (partial(write_kv, validate=validate), partial(paged_prefill, validate=validate),
                 partial(paged_attention, validate=validate))
-    from .attention_ref import paged_attention_ref, paged_prefill_ref
-    return write_kv_torch, paged_prefill_ref, paged_attention_ref
+    from .attention_ref import paged_attention_ref
+    return write_kv_torch, _prefill_ref, paged_attention_ref
 
 
 def _activation(name: str):
@@ -158,7 +167,7 @@ class Block(nn.Module):
             out = paged_attention(q, key_cache, value_cache, batch.block_tables, batch.seq_lens)
         else:                 # a causal chunk per sequence, over its cached prefix and itself
             out = paged_prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                                batch.query_start_loc)
+                                batch.query_start_loc, max_query_len=batch.max_query_len)
         return self.attn_out(out.reshape(num_tokens, -1))      # [num_tokens, n_embd]
 
     def forward(self, x, cache, batch, backend, validate=True):

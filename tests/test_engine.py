@@ -135,6 +135,22 @@ def test_triton_backend_end_to_end_with_prefix_cache():
     assert llm.metrics["prefix_hit_tokens"] == 4
 
 
+def test_engine_batches_carry_their_longest_chunk(monkeypatch):
+    """The engine builds each batch on the host, so it tells the model the longest chunk (no GPU sync
+    to find it): a prompt's uncached tokens in a prefill, 1 in a decode."""
+    seen = []
+    forward = GPT2.forward
+    monkeypatch.setattr(GPT2, "forward", lambda self, batch, kv: seen.append(batch) or forward(self, batch, kv))
+    llm = engine(num_blocks=32, block_size=4, max_num_seqs=3, enable_prefix_caching=True)
+    prompts = [[5, 3, 9, 1, 4, 7, 2], [5, 3, 9, 1, 6], [8, 8, 1]]   # the second reuses the first's block
+    assert_matches_transformers(llm, "h4v300", prompts, 3)
+    assert llm.metrics["prefix_hit_tokens"] > 0
+    chunks = [torch.diff(b.query_start_loc).tolist() for b in seen]
+    assert [b.max_query_len for b in seen] == [max(c) for c in chunks]
+    assert all(b.max_query_len == 1 for b in seen if b.is_decode) and any(b.is_decode for b in seen)
+    assert any(not b.is_decode and b.max_query_len > 1 for b in seen)
+
+
 # ---- sampling ----------------------------------------------------------------------------------
 def test_parallel_sampling_shares_the_prompt_and_is_reproducible():
     prompt = list(range(10, 30))                              # 20 tokens: 2 full blocks + 1 partial (8)
