@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers  # pinned in requirements.txt: a missing one fails, never skips
 
-from pagedlib import GPT2, LLM, SamplingParams
+from pagedlib import DEVICE, GPT2, LLM, SamplingParams
 from pagedlib.baseline import ReserveMaxLLM, hf_static_generate
 
 transformers.logging.set_verbosity_error()
@@ -47,7 +47,7 @@ def random_prompts(num, vocab, lo=1, hi=40, seed=1):
 
 def paged(name="h4v300", n_layer=2, backend="torch"):
     """The tiny model as a pagedlib GPT2 on the runtime's device, in fp32 (the reference's dtype)."""
-    return GPT2.from_hf(tiny_hf(name, n_layer), backend=backend, dtype=torch.float32)
+    return GPT2.from_hf(tiny_hf(name, n_layer), backend=backend, dtype=torch.float32, device=DEVICE)
 
 
 def engine(name="h4v300", backend="torch", num_blocks=64, block_size=16, n_layer=2, **kwargs):
