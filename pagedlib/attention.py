@@ -183,6 +183,9 @@ def _check_max_query_len(max_query_len, query_start_loc: torch.Tensor, num_token
         raise ValueError(f"max_query_len = {max_query_len} is too small: {num_tokens} tokens (query.shape[0]) "
                          f"over {num_seqs} sequences put at least {at_least} in one chunk. Pass the longest "
                          "chunk's length, or None to compute it from query_start_loc.")
+    if max_query_len > num_tokens:
+        raise ValueError(f"max_query_len = {max_query_len} exceeds num_tokens = {num_tokens} (query.shape[0]): "
+                         "no chunk can be longer than all the new tokens together.")
     if validate:
         longest = longest_chunk(query_start_loc)
         if max_query_len < longest:
@@ -205,9 +208,9 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
 
     The grid needs the longest chunk. ``max_query_len=None`` reads it from ``query_start_loc`` (one
     GPU synchronisation per call); a caller that knows it (the engine built the batch on the host)
-    passes it instead. A larger value only launches programs that exit at once; a smaller one would
-    leave tokens without output, so it is refused: always if the shapes already show it, and
-    against the real longest chunk when ``validate=True``.
+    passes it instead. A larger value (up to ``num_tokens``) only launches programs that exit at
+    once; a smaller one would leave tokens without output, so it is refused: always where the shapes
+    show it, and against the real longest chunk when ``validate=True``.
     """
     dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
                                     validate)

@@ -262,6 +262,7 @@ def test_prefill_refuses_a_too_small_max_query_len_when_validating():
 
 @pytest.mark.parametrize("bad,match", [
     (13, r"max_query_len = 13 is too small: 40 tokens .* over 3 sequences put at least 14"),
+    (41, "max_query_len = 41 exceeds num_tokens = 40"),
     (-1, "an int >= 0"), (True, "an int >= 0"), (33.0, "an int >= 0"),
 ])
 def test_prefill_refuses_a_max_query_len_the_shapes_rule_out_even_without_validate(bad, match):
