@@ -22,8 +22,8 @@ import operator
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-__all__ = ["pages_for", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec", "MODELS",
-           "GPU", "GPUS", "blocks_for_gpu", "GiB", "KiB"]
+__all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
+           "MODELS", "model_spec", "GPU", "GPUS", "blocks_for_gpu", "GiB", "KiB"]
 
 KiB = 1024
 GiB = 1024 ** 3
@@ -53,6 +53,14 @@ def pages_for(n_tokens: int, page_size: int) -> int:
     if n is None:
         raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
     return -(-n // page)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two that is ``>= n`` (``n >= 1``): the size a power-of-two reservation
+    (the paper's Orca Pow2, a buddy allocator) rounds ``n`` tokens up to."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1; got {n}")
+    return 1 << (n - 1).bit_length()
 
 
 # ---- plans -------------------------------------------------------------------------------------
@@ -282,7 +290,7 @@ def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size:
     ``num_gpu_blocks``). ``model`` may be a :class:`ModelSpec` or a key of :data:`MODELS`,
     ``gpu_mem_bytes`` a byte count or a key of :data:`GPUS`. Returns 0 when the weights do not fit.
     """
-    spec = _model(model)
+    spec = model_spec(model)
     mem = _gpu_bytes(gpu_mem_bytes)
     if _int(block_size, 1) is None:
         raise ValueError(f"block_size must be an integer of at least 1 token; got {block_size!r}")
@@ -297,7 +305,8 @@ def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size:
     return max(budget, 0) // spec.block_bytes(block_size)
 
 
-def _model(model: ModelSpec | str) -> ModelSpec:
+def model_spec(model: ModelSpec | str) -> ModelSpec:
+    """A ModelSpec, given one or a name in MODELS (a KeyError that lists the known names otherwise)."""
     if isinstance(model, ModelSpec):
         return model
     if model not in MODELS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .capacity import Plan, paged_plan, reserve_max_plan
+from .capacity import Plan, next_pow2, paged_plan, reserve_max_plan
 
 __all__ = ["page_size_summary", "page_size_explorer"]
 
@@ -21,7 +21,7 @@ def page_size_summary(lengths: Sequence[int], page_size: int, pool_slots: int = 
     reserve-max baseline that the capacity is compared with.
     """
     plan = paged_plan(lengths, page_size)
-    base = reserve_max_plan(lengths, max_len or _next_pow2(max(lengths, default=1)))
+    base = reserve_max_plan(lengths, max_len or _default_max_len(lengths))
     ratio = plan.capacity(pool_slots) / max(base.capacity(pool_slots), 1)
     return (f"page size {page_size:>3}: waste {plan.waste:5.1%} | block tables {plan.num_pages:,} entries "
             f"({plan.num_pages * TABLE_ENTRY_BYTES:,} bytes) | {plan.capacity(pool_slots)} requests fit "
@@ -43,7 +43,7 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
 
     if start not in page_sizes:
         raise ValueError(f"start must be one of page_sizes {list(page_sizes)}; got {start!r}")
-    max_len = max_len or _next_pow2(max(lengths, default=1))
+    max_len = max_len or _default_max_len(lengths)
     reserve_max_plan(lengths, max_len)  # validates lengths and max_len before any widget exists
     layout = widgets.ToggleButtons(options=["reserve max", "paged"], value="paged", description="layout")
     slider = widgets.SelectionSlider(options=list(page_sizes), value=start, description="page size",
@@ -72,6 +72,6 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
     return widgets.VBox([layout, slider, out])
 
 
-def _next_pow2(n: int) -> int:
-    """The smallest power of two >= ``n`` (1 for ``n <= 1``)."""
-    return 1 << max(n - 1, 0).bit_length()
+def _default_max_len(lengths: Sequence[int]) -> int:
+    """The reserve-max baseline's slot: the longest request rounded up to a power of two (at least 1)."""
+    return next_pow2(max(max(lengths, default=1), 1))

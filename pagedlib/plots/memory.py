@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter
 
 from ..allocators import ContiguousAllocator
 from ..block_manager import BlockManager
-from ..capacity import GPUS, GiB, ModelSpec, Plan, _model, paged_plan
+from ..capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
 from .style import COLORS, PADDING_HATCH
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_page_size", "plot_block_tables",
@@ -244,7 +244,7 @@ def plot_kv_memory(model: ModelSpec | str = "llama-2-7b", *,
     ``2 * layers * kv_heads * head_dim * bytes`` per token, times tokens, times sequences. The
     horizontal lines are whole GPUs (the weights are not even counted yet).
     """
-    spec = _model(model)  # a KeyError that lists the known models
+    spec = model_spec(model)  # a KeyError that lists the known models
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", sharey=True)
     shades = plt.cm.Blues(np.linspace(0.45, 0.95, max(len(seq_lens), len(length_batches))))
     b = np.array(batch_sizes, dtype=float)

@@ -13,12 +13,7 @@ works across the whole pool, and a block never merges past the end of its arena.
 """
 from __future__ import annotations
 
-
-def next_pow2(n: int) -> int:
-    """The smallest power of two that is ``>= n`` (``n >= 1``)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1; got {n}")
-    return 1 << (n - 1).bit_length()
+from ..capacity import next_pow2
 
 
 class BuddyAllocator:
