@@ -65,16 +65,20 @@ DECODE_CASES = {  # name -> (change to the good inputs, words the message must c
 }
 
 
-@pytest.mark.parametrize("fn", [paged_attention, paged_attention_ref], ids=["kernel", "reference"])
-@pytest.mark.parametrize("name", DECODE_CASES)
-def test_decode_bad_input_raises_a_value_error_naming_it(fn, name):
-    change, words = DECODE_CASES[name]
-    args = good()
+def assert_refused(fn, args: dict, case) -> None:
+    """Apply a bad-input ``case`` (change, words) to ``args``: ``fn`` must raise a ValueError naming every word."""
+    change, words = case
     change(args)
     with pytest.raises(ValueError) as err:
         fn(**args)
     for word in words:
         assert word in str(err.value), f"{word!r} missing from: {err.value}"
+
+
+@pytest.mark.parametrize("fn", [paged_attention, paged_attention_ref], ids=["kernel", "reference"])
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode_bad_input_raises_a_value_error_naming_it(fn, name):
+    assert_refused(fn, good(), DECODE_CASES[name])
 
 
 @pytest.mark.parametrize("fn", [paged_attention, paged_attention_ref], ids=["kernel", "reference"])
@@ -143,13 +147,7 @@ PREFILL_CASES = {
 @pytest.mark.parametrize("fn", [paged_prefill, paged_prefill_ref], ids=["kernel", "reference"])
 @pytest.mark.parametrize("name", PREFILL_CASES)
 def test_prefill_bad_input_raises_a_value_error_naming_it(fn, name):
-    change, words = PREFILL_CASES[name]
-    args = good_prefill()
-    change(args)
-    with pytest.raises(ValueError) as err:
-        fn(**args)
-    for word in words:
-        assert word in str(err.value), f"{word!r} missing from: {err.value}"
+    assert_refused(fn, good_prefill(), PREFILL_CASES[name])
 
 
 # ---- write_kv ------------------------------------------------------------------------------------
@@ -175,13 +173,8 @@ WRITE_CASES = {
 
 @pytest.mark.parametrize("name", WRITE_CASES)
 def test_write_kv_bad_input_raises_and_leaves_the_cache_untouched(name):
-    change, words = WRITE_CASES[name]
     args = good_write()
-    change(args)
-    with pytest.raises(ValueError) as err:
-        write_kv(**args)
-    for word in words:
-        assert word in str(err.value), f"{word!r} missing from: {err.value}"
+    assert_refused(write_kv, args, WRITE_CASES[name])
     assert args["key_cache"].eq(0).all() and args["value_cache"].eq(0).all()
 
 

@@ -82,35 +82,25 @@ def test_hints_exist(exercise):
 
 # ---- the contract on hand-made exercises -----------------------------------------------------
 
-def test_a_looping_function_times_out_as_incorrect():
-    def square(x):
-        return x * x
-
-    ex = Exercise("test.loop", "square", square, cases=[(2,)], wrong=[lambda x: x], timeout=0.2)
-
-    def forever(x):
-        while True:
-            pass
-
-    start = time.perf_counter()
-    result = ex.check(forever)
-    assert result.state == INCORRECT and "more than" in result.message
-    assert time.perf_counter() - start < 5
+def _forever(x):
+    while True:
+        pass
 
 
-def test_a_loop_that_catches_every_exception_still_times_out():
-    ex = Exercise("test.loop_except", "square", lambda x: x * x, cases=[(2,)], wrong=[lambda x: x],
+def _forever_and_careless(x):
+    while True:
+        try:
+            sum(range(100))
+        except Exception:  # noqa: BLE001 - what a learner might write
+            continue
+
+
+@pytest.mark.parametrize("loop", [_forever, _forever_and_careless], ids=["plain", "catches-everything"])
+def test_a_looping_function_times_out_as_incorrect(loop):
+    ex = Exercise(f"test.{loop.__name__}", "square", lambda x: x * x, cases=[(2,)], wrong=[lambda x: x],
                   timeout=0.2)
-
-    def forever_and_careless(x):
-        while True:
-            try:
-                sum(range(100))
-            except Exception:  # noqa: BLE001 - what a learner might write
-                continue
-
     start = time.perf_counter()
-    result = ex.check(forever_and_careless)
+    result = ex.check(loop)
     assert result.state == INCORRECT and "more than" in result.message
     assert time.perf_counter() - start < 5
 
