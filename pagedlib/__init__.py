@@ -48,8 +48,10 @@ _EXPORTS = {
     # engine
     "GPT2": "model", "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "engine",
     "ReserveMaxLLM": "baseline",
+    # claims
+    "claim": "claims",
 }
-_SUBMODULES = {"runtime", "capacity", "allocators", "block_manager", "attention_ref", "attention",
+_SUBMODULES = {"runtime", "claims", "capacity", "allocators", "block_manager", "attention_ref", "attention",
                "model", "scheduler", "engine", "sim", "plots", "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]

@@ -1,4 +1,4 @@
-"""Paged attention with Triton (chapters 7 and 8): the public functions that check inputs and launch kernels.
+"""Paged attention with Triton (chapters 8 and 9): the public functions that check inputs and launch kernels.
 
 - ``paged_attention``: decode, one new token per sequence; single pass or split-K (flash-decoding).
 - ``paged_prefill``: causal attention for a chunk of new tokens per sequence over its cached prefix.

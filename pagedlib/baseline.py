@@ -1,4 +1,4 @@
-"""The baselines the engine is compared with (chapters 9 and 10), on the same model and workload.
+"""The baselines the engine is compared with (chapters 10 and 12), on the same model and workload.
 
 - :class:`ReserveMaxLLM`: the same engine loop and the same paged kernels, but the admission rule of
   pre-paging servers: a request is admitted only if ``max_len`` token slots can be *reserved* for it,

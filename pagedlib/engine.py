@@ -1,4 +1,4 @@
-"""``LLM``: a small serving engine on the paged cache (chapter 9).
+"""``LLM``: a small serving engine on the paged cache (chapter 10).
 
 Three pieces, each in its own module, meet here:
 

@@ -1,4 +1,4 @@
-"""GPT-2 whose attention reads and writes K/V only through the paged cache (chapter 9).
+"""GPT-2 whose attention reads and writes K/V only through the paged cache (chapter 10).
 
 The transformer itself is the GPT-2 every course shows (token + position embeddings, ``n_layer``
 pre-norm blocks of attention and MLP, a final LayerNorm, an output head tied to the embeddings).

@@ -1,4 +1,4 @@
-"""Continuous batching with preemption: which sequences run in the next step (chapter 9).
+"""Continuous batching with preemption: which sequences run in the next step (chapter 10).
 
 A serving engine runs in *steps*. Before each one the scheduler decides who takes part:
 

@@ -12,7 +12,7 @@ python -c "import pagedlib; pagedlib.print_env()" | tee "$out/env.txt"
 python -m pytest -q -p no:cacheprovider tests/test_attention.py tests/test_attention_ref.py \
     tests/test_attention_errors.py tests/test_model.py tests/test_engine.py 2>&1 | tee "$out/tests.txt"
 python -m pagedlib.bench attention --out "$out/bench_attention" 2>&1 | tee "$out/bench_attention.txt"
-for nb in notebooks/07_triton_kernel.ipynb notebooks/08_faster_kernels.ipynb notebooks/09_serving_engine.ipynb; do
+for nb in notebooks/08_triton_kernel.ipynb notebooks/09_faster_kernels.ipynb notebooks/10_serving_engine.ipynb; do
     cp "$nb" "$out/"
     python scripts/execute_notebooks.py "$out/$(basename "$nb")" 2>&1 | tee -a "$out/notebooks.txt"
 done

@@ -1,95 +1,136 @@
-"""Chapter 8 exercises: merge two partial softmax results; choose the number of splits for a batch.
+"""Chapter 8 exercises: the masked load of one page in Triton; the online-softmax update.
 
 Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
-to the Exercise built from it, so a notebook calls ``ex.merge_partials.check(...)``.
+to the Exercise built from it, so a notebook calls ``ex.load_page.check(...)``.
 """
-import math
+import inspect
+import textwrap
 
 import torch
+import triton
+import triton.language as tl
 
+from .. import runtime
 from . import Exercise
 
-MIN_TOKENS_PER_SPLIT = 256   # the rule of pagedlib.attention.choose_num_splits, stated in the notebook
-MAX_SPLITS = 32
+
+@triton.jit
+def load_page_kernel(out, key_cache, block_table, seq_len, page, kv_head,
+                     stride_block, stride_token, stride_head,
+                     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """out [BLOCK_SIZE, HEAD_DIM] = the key rows of logical page ``page``; rows past seq_len are 0."""
+    offsets = tl.arange(0, BLOCK_SIZE)                  # [BLOCK_SIZE] rows of the page
+    dims = tl.arange(0, HEAD_DIM)                       # [HEAD_DIM]
+    block = tl.load(block_table + page)                 # 1. the physical block of this page
+    valid = page * BLOCK_SIZE + offsets < seq_len       # 2. rows that hold tokens of the sequence
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head   # 3. their pointers
+    keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
 
 
-def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,
-                   lse2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge the attention of two disjoint token ranges, each given as (normalised output, log-sum-exp)."""
-    lse = torch.logaddexp(lse1, lse2)                    # log(e^lse1 + e^lse2), without overflow
-    return torch.exp(lse1 - lse) * o1 + torch.exp(lse2 - lse) * o2, lse
+def load_page(key_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int, page: int,
+              kv_head: int) -> torch.Tensor:
+    """Launch ``load_page_kernel`` on one program: page ``page`` of a sequence, ``[block_size, head_dim]``."""
+    block_size, head_dim = key_cache.shape[1], key_cache.shape[3]
+    out = torch.empty(block_size, head_dim, dtype=key_cache.dtype, device=key_cache.device)
+    load_page_kernel[(1,)](out, key_cache, block_table, seq_len, page, kv_head, *key_cache.stride()[:3],
+                           BLOCK_SIZE=block_size, HEAD_DIM=head_dim)
+    return out
 
 
-def _merge_cases() -> list[tuple]:
-    gen = torch.Generator().manual_seed(8)
+def _page_cases() -> list[tuple]:
+    """A small cache of 6 blocks x 4 tokens x 2 KV heads x 16 dims; slots no sequence owns hold NaN."""
+    gen = torch.Generator().manual_seed(7)
+    cache = torch.full((6, 4, 2, 16), float("nan"))            # [num_blocks, block_size, kv_heads, head_dim]
+    table = torch.tensor([4, 1, 3], dtype=torch.int32)         # a sequence of 10 tokens: pages in blocks 4, 1, 3
+    for page, block in enumerate(table.tolist()):
+        rows = min(4, 10 - 4 * page)
+        cache[block, :rows] = torch.randn(rows, 2, 16, generator=gen)
+    cache, table = cache.to(runtime.DEVICE), table.to(runtime.DEVICE)
+    return [(cache, table, 10, 0, 0), (cache, table, 10, 1, 1), (cache, table, 10, 2, 0),
+            (cache, table, 10, 2, 1), (cache, table, 9, 2, 0)]
 
-    def o():
-        return torch.randn(4, generator=gen)             # [head_dim]
-    return [(o(), torch.tensor(1.5), o(), torch.tensor(0.2)),
-            (o(), torch.tensor(-3.0), o(), torch.tensor(2.0)),
-            (o(), torch.tensor(0.7), torch.zeros(4), torch.tensor(float("-inf"))),     # an empty range
-            (o(), torch.tensor(1000.0), o(), torch.tensor(999.0))]                      # huge scores
 
-
-def _diagnose_merge(answer, expected, args) -> str | None:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        return "Return two things: the merged output and the merged log-sum-exp."
-    out, lse = answer
-    if not isinstance(out, torch.Tensor) or not isinstance(lse, torch.Tensor):
-        return "Both results should be tensors."
-    if torch.isnan(out).any() or torch.isnan(lse).any():
-        return "NaN: exp(lse) overflows for large scores; subtract the larger lse before exponentiating."
-    if torch.allclose(lse.double(), expected[1].double(), atol=1e-5) and out.shape == expected[0].shape:
-        return "The log-sum-exp is right; the output's weights are not."
+def _diagnose_page(answer, expected, args) -> str | None:
+    if not isinstance(answer, torch.Tensor) or answer.shape != expected.shape:
+        return None
+    if torch.isnan(answer).any():
+        return ("The result holds NaN: rows past seq_len were read from slots nobody wrote. "
+                "Mask them in tl.load (mask=..., other=0.0).")
+    cache, table, seq_len, page, kv_head = args
+    if torch.allclose(answer.cpu(), cache[page, :, kv_head].nan_to_num(0.0).cpu()):
+        return "These are the rows of block number `page`: look the page up in block_table first."
     return None
 
 
-merge_partials = Exercise(
-    "ch08.merge_partials",
-    "Two splits attended to disjoint ranges of a sequence. Each returned its normalised output `o` "
-    "[head_dim] and the log-sum-exp `lse` (a 0-d tensor) of its scores. Return the attention over both "
-    "ranges together, and its log-sum-exp, as `(o, lse)`.",
-    merge_partials,
-    cases=_merge_cases(),
-    diagnose=_diagnose_merge,
-    hints=["exp(lse) is the sum of exp(score) over a range, so a range's share of the total weight is "
-           "exp(lse1) / (exp(lse1) + exp(lse2)). Compute that without overflowing.",
-           "`lse = torch.logaddexp(lse1, lse2)`; then the weights are `exp(lse1 - lse)` and "
-           "`exp(lse2 - lse)`: `o = exp(lse1 - lse) * o1 + exp(lse2 - lse) * o2`."],
-    wrong=[lambda o1, l1, o2, l2: ((o1 + o2) / 2, torch.logaddexp(l1, l2)),
-           lambda o1, l1, o2, l2: ((l1.exp() * o1 + l2.exp() * o2) / (l1.exp() + l2.exp()),
-                                   (l1.exp() + l2.exp()).log()),
-           lambda o1, l1, o2, l2: (torch.exp(l1 - torch.maximum(l1, l2)) * o1
-                                   + torch.exp(l2 - torch.maximum(l1, l2)) * o2, torch.maximum(l1, l2))],
+load_page = Exercise(
+    "ch08.load_page",
+    "Fill in `load_page_kernel`: one program loads logical page `page` of a sequence (its key rows for "
+    "KV head `kv_head`) from `key_cache [num_blocks, block_size, num_kv_heads, head_dim]` through the "
+    "sequence's `block_table`, with rows past `seq_len` loaded as 0, and stores them to `out "
+    "[block_size, head_dim]`.",
+    load_page,
+    cases=_page_cases(),
+    diagnose=_diagnose_page,
+    hints=["Three steps: `block = tl.load(block_table + page)`; the mask says which of the page's rows "
+           "are tokens of the sequence (position `page * BLOCK_SIZE + offsets` below `seq_len`); the "
+           "pointer of row `r` is `key_cache + block * stride_block + r * stride_token + kv_head * "
+           "stride_head`, plus `dims` along the row.",
+           "`keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)` "
+           "with `rows = block * stride_block + offsets * stride_token + kv_head * stride_head`."],
+    wrong=[lambda cache, table, n, page, h: cache[table[page].long(), :, h].clone(),   # no mask: NaN
+           lambda cache, table, n, page, h: cache[page, :, h].nan_to_num(0.0)],       # no block table
+    explanation="The kernel:\n" + textwrap.dedent(inspect.getsource(load_page_kernel.fn)),
 )
 
 
-def num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
-    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.choose_num_splits``."""
-    programs = max(1, num_seqs * num_kv_heads)          # the single pass's grid
-    if programs >= sms:
-        return 1                                        # the GPU is already full
-    wanted = math.ceil(2 * sms / programs)              # about two programs per multiprocessor
-    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
-    return max(1, min(wanted, useful, MAX_SPLITS))
+def online_update(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, scores: torch.Tensor,
+                  values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fold one tile (``scores [n]``, ``values [n, head_dim]``) into the running (max, sum, output)."""
+    m_new = torch.maximum(m, scores.max())              # the largest score seen so far
+    alpha = torch.exp(m - m_new)                        # rescales everything summed under the old max
+    p = torch.exp(scores - m_new)                       # [n] this tile's weights, unnormalised
+    return m_new, l * alpha + p.sum(), acc * alpha + p @ values
 
 
-num_splits = Exercise(
-    "ch08.num_splits",
-    "The single-pass kernel launches `num_seqs * num_kv_heads` programs. If that is at least `sms`, "
-    "return 1. Otherwise return enough splits for about two programs per multiprocessor "
-    "(`ceil(2 * sms / programs)`), but no more than `max_seq_len // 256` (each split keeps at least 256 "
-    "tokens of the longest sequence), no more than 32, and never fewer than 1.",
-    num_splits,
-    cases=[(1, 8, 32768, 132), (64, 8, 4096, 132), (4, 8, 2048, 108), (2, 8, 512, 40), (1, 1, 100, 40),
-           (16, 8, 8192, 132), (5, 8, 16384, 40), (1, 8, 1024, 132), (3, 4, 65536, 108)],
-    hints=["Work it out for one sequence with 8 K/V heads on 132 multiprocessors: 8 programs, so about "
-           "264 / 8 = 33 splits would give two programs per multiprocessor; then apply the two caps.",
-           "`programs = num_seqs * num_kv_heads`; `1` if `programs >= sms`; else "
-           "`max(1, min(ceil(2 * sms / programs), max_seq_len // 256, 32))`."],
-    wrong=[lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), 32)),        # no token cap
-           lambda n, h, L, sms: 1 if n >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
-           lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), L // 256))],  # no cap of 32
+def _update_cases() -> list[tuple]:
+    gen = torch.Generator().manual_seed(11)
+    start = (torch.tensor(float("-inf")), torch.tensor(0.0), torch.zeros(4))
+    mid = (torch.tensor(2.5), torch.tensor(3.0), torch.randn(4, generator=gen))
+    return [(*start, torch.randn(5, generator=gen), torch.randn(5, 4, generator=gen)),     # the first tile
+            (*mid, torch.randn(3, generator=gen) + 4.0, torch.randn(3, 4, generator=gen)),  # a new max
+            (*mid, torch.randn(6, generator=gen) - 3.0, torch.randn(6, 4, generator=gen)),  # max unchanged
+            (torch.tensor(1.0), torch.tensor(1.0), torch.ones(4), torch.tensor([1.0]), torch.ones(1, 4))]
+
+
+def _diagnose_update(answer, expected, args) -> str | None:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+        return "Return three things: the new max, the new sum and the new output accumulator."
+    names = ["the max m", "the sum l", "the accumulator acc"]
+    for got, want, name in zip(answer, expected, names):
+        if not (isinstance(got, torch.Tensor) and got.shape == want.shape
+                and torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-5)):
+            return f"{name[0].upper()}{name[1:]} is off; the others may be fine."
+    return None
+
+
+online_update = Exercise(
+    "ch08.online_update",
+    "Fold one tile of scores and values into the running state of an online softmax: return the new "
+    "(m, l, acc), where m is the largest score so far, l the sum of exp(score - m) and acc the sum of "
+    "exp(score - m) * value, over every token seen so far.",
+    online_update,
+    cases=_update_cases(),
+    diagnose=_diagnose_update,
+    hints=["The new max is the larger of the old max and this tile's max. Everything summed so far was "
+           "weighted by exp(score - old max); multiply it by exp(old max - new max) to move it onto the "
+           "new max.",
+           "`m_new = max(m, scores.max())`, `alpha = exp(m - m_new)`, `p = exp(scores - m_new)`; then "
+           "`l * alpha + p.sum()` and `acc * alpha + p @ values`."],
+    wrong=[lambda m, l, acc, s, v: (torch.maximum(m, s.max()), l + torch.exp(s - torch.maximum(m, s.max())).sum(),
+                                    acc + torch.exp(s - torch.maximum(m, s.max())) @ v),          # no rescale
+           lambda m, l, acc, s, v: (s.max(), l * torch.exp(m - s.max()) + torch.exp(s - s.max()).sum(),
+                                    acc * torch.exp(m - s.max()) + torch.exp(s - s.max()) @ v)],  # max forgets
 )
 
-__all__ = ["merge_partials", "num_splits"]
+__all__ = ["load_page", "online_update"]

@@ -1,102 +1,95 @@
-"""Chapter 9 exercises: which request the scheduler preempts; how many steps a workload takes.
+"""Chapter 9 exercises: merge two partial softmax results; choose the number of splits for a batch.
 
-Both follow the scheduler of :mod:`pagedlib.scheduler` (first come, first served, admission on demand,
-preemption of the newest running request by recompute). The notebook checks the answers against
-pagedlib's own scheduler and engine, so the references here are the ones the code really produces.
+Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
+to the Exercise built from it, so a notebook calls ``ex.merge_partials.check(...)``.
 """
-from __future__ import annotations
+import math
+
+import torch
 
 from . import Exercise
 
-# ---- exercise 1: who is preempted, and when ----------------------------------------------------
-
-PREEMPT_SCENARIO = {"num_blocks": 5, "block_size": 4,
-                    "requests": {"A": (7, 8), "B": (4, 8), "C": (2, 8)}}   # name: (prompt, output tokens)
-
-preempted = ("C", 3)
+MIN_TOKENS_PER_SPLIT = 256   # the rule of pagedlib.attention.choose_num_splits, stated in the notebook
+MAX_SPLITS = 32
 
 
-def _diagnose_preempted(answer, expected) -> str | None:
-    if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        return "Answer with a pair (name, step), for example (\"B\", 4)."
-    name, step = answer
-    name = str(name).strip().upper()
-    if name == "A":
-        return ("A is the one that runs out of room, but the scheduler does not preempt whoever asks: "
-                "it protects the requests that have waited longest.")
-    if name == "B":
-        return ("B does need a block first, but in that step one is still free. Find the first step "
-                "where some request needs a block and none is left.")
-    if name == expected[0] and step != expected[1]:
-        return ("Right request, wrong step. Count the tokens each request holds at the start of every "
-                "step (its prompt plus the tokens generated so far) and find when one crosses into a "
-                "new block while no block is free.")
+def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,
+                   lse2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge the attention of two disjoint token ranges, each given as (normalised output, log-sum-exp)."""
+    lse = torch.logaddexp(lse1, lse2)                    # log(e^lse1 + e^lse2), without overflow
+    return torch.exp(lse1 - lse) * o1 + torch.exp(lse2 - lse) * o2, lse
+
+
+def _merge_cases() -> list[tuple]:
+    gen = torch.Generator().manual_seed(8)
+
+    def o():
+        return torch.randn(4, generator=gen)             # [head_dim]
+    return [(o(), torch.tensor(1.5), o(), torch.tensor(0.2)),
+            (o(), torch.tensor(-3.0), o(), torch.tensor(2.0)),
+            (o(), torch.tensor(0.7), torch.zeros(4), torch.tensor(float("-inf"))),     # an empty range
+            (o(), torch.tensor(1000.0), o(), torch.tensor(999.0))]                      # huge scores
+
+
+def _diagnose_merge(answer, expected, args) -> str | None:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        return "Return two things: the merged output and the merged log-sum-exp."
+    out, lse = answer
+    if not isinstance(out, torch.Tensor) or not isinstance(lse, torch.Tensor):
+        return "Both results should be tensors."
+    if torch.isnan(out).any() or torch.isnan(lse).any():
+        return "NaN: exp(lse) overflows for large scores; subtract the larger lse before exponentiating."
+    if torch.allclose(lse.double(), expected[1].double(), atol=1e-5) and out.shape == expected[0].shape:
+        return "The log-sum-exp is right; the output's weights are not."
     return None
 
 
-def _compare_preempted(answer, expected) -> bool:
-    return (isinstance(answer, (list, tuple)) and len(answer) == 2
-            and str(answer[0]).strip().upper() == expected[0]
-            and not isinstance(answer[1], bool) and answer[1] == expected[1])
-
-
-preempted = Exercise(
-    "ch09.preempted",
-    "A cache of 5 blocks of 4 tokens, `max_num_seqs` large. Requests A (7-token prompt), B (4) and C (2) "
-    "arrive together, in that order, each to generate 8 tokens. Step 1 admits all three. Which request is "
-    "preempted first, and in which step? Answer a pair (name, step).",
-    preempted,
-    compare=_compare_preempted,
-    diagnose=_diagnose_preempted,
-    hints=["Step 1 admits A, B and C: how many blocks do their prompts take, and how many are left? "
-           "In each later step every running request first needs room for the token it sampled last.",
-           "A request holding n tokens needs a new block when n is a multiple of 4. After step 1 A, B, C "
-           "hold 7, 4, 2 tokens and each has one sampled token to add in step 2; in step 3 they add another.",
-           "When a block is needed and none is free, the scheduler preempts the newest running request "
-           "(the last admitted), even if another request is the one asking."],
-    wrong=[("A", 3), ("B", 2), ("C", 2), ("B", 6)],
-    explanation=("Step 1: A takes 2 blocks, B 1, C 1: one block is left. Step 2: B's 5th token needs a "
-                 "block and takes the last one. Step 3: A's 9th token needs a block, none is free, so the "
-                 "newest request, C, is preempted; its block goes to A. C waits at the front of the line "
-                 "and is recomputed (prompt + its one generated token) when blocks free up."),
+merge_partials = Exercise(
+    "ch09.merge_partials",
+    "Two splits attended to disjoint ranges of a sequence. Each returned its normalised output `o` "
+    "[head_dim] and the log-sum-exp `lse` (a 0-d tensor) of its scores. Return the attention over both "
+    "ranges together, and its log-sum-exp, as `(o, lse)`.",
+    merge_partials,
+    cases=_merge_cases(),
+    diagnose=_diagnose_merge,
+    hints=["exp(lse) is the sum of exp(score) over a range, so a range's share of the total weight is "
+           "exp(lse1) / (exp(lse1) + exp(lse2)). Compute that without overflowing.",
+           "`lse = torch.logaddexp(lse1, lse2)`; then the weights are `exp(lse1 - lse)` and "
+           "`exp(lse2 - lse)`: `o = exp(lse1 - lse) * o1 + exp(lse2 - lse) * o2`."],
+    wrong=[lambda o1, l1, o2, l2: ((o1 + o2) / 2, torch.logaddexp(l1, l2)),
+           lambda o1, l1, o2, l2: ((l1.exp() * o1 + l2.exp() * o2) / (l1.exp() + l2.exp()),
+                                   (l1.exp() + l2.exp()).log()),
+           lambda o1, l1, o2, l2: (torch.exp(l1 - torch.maximum(l1, l2)) * o1
+                                   + torch.exp(l2 - torch.maximum(l1, l2)) * o2, torch.maximum(l1, l2))],
 )
 
 
-# ---- exercise 2: how many steps ------------------------------------------------------------------
-
-def num_steps(num_requests: int, output_len: int, max_num_seqs: int) -> int:
-    """Engine steps for ``num_requests`` requests that each generate ``output_len`` tokens, at most
-    ``max_num_seqs`` at once, with a cache large enough for all of them."""
-    waves = -(-num_requests // max_num_seqs)     # they all finish together, then the next wave starts
-    return waves * output_len                    # the prefill step already yields the first token
-
-
-def _diagnose_steps(answer, expected, args) -> str | None:
-    n, out, k = args
-    waves = -(-n // k)
-    if answer == waves * (out + 1):
-        return ("One step too many per wave: the step that computes a prompt (prefill) also samples the "
-                "request's first token.")
-    if answer == n * out // k or answer == n * out / k:
-        return "A wave that is only partly full still takes as many steps as a full one."
-    if answer == n * out:
-        return "That is one request at a time: the requests of a wave run in the same steps."
-    return None
+def num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
+    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.choose_num_splits``."""
+    programs = max(1, num_seqs * num_kv_heads)          # the single pass's grid
+    if programs >= sms:
+        return 1                                        # the GPU is already full
+    wanted = math.ceil(2 * sms / programs)              # about two programs per multiprocessor
+    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
+    return max(1, min(wanted, useful, MAX_SPLITS))
 
 
-num_steps = Exercise(
-    "ch09.num_steps",
-    "`num_requests` requests arrive together; each generates exactly `output_len` tokens (no end token), "
-    "at most `max_num_seqs` run at once and blocks never run out. How many engine steps does the "
-    "workload take?",
-    num_steps,
-    cases=[(5, 6, 2), (1, 1, 1), (4, 10, 4), (4, 10, 8), (7, 3, 3), (12, 20, 5), (3, 1, 1), (100, 16, 32)],
-    diagnose=_diagnose_steps,
-    hints=["Every running request gets exactly one new token per step, and the step that admits a "
-           "request (its prefill) already produces its first token.",
-           "With equal outputs, the first `max_num_seqs` requests finish in the same step; the next ones "
-           "are admitted in the step after. How many such waves are there?",
-           "Waves: `ceil(num_requests / max_num_seqs)`, each `output_len` steps long."],
-    wrong=[lambda n, out, k: -(-n // k) * (out + 1), lambda n, out, k: n * out // k,
-           lambda n, out, k: n * out],
+num_splits = Exercise(
+    "ch09.num_splits",
+    "The single-pass kernel launches `num_seqs * num_kv_heads` programs. If that is at least `sms`, "
+    "return 1. Otherwise return enough splits for about two programs per multiprocessor "
+    "(`ceil(2 * sms / programs)`), but no more than `max_seq_len // 256` (each split keeps at least 256 "
+    "tokens of the longest sequence), no more than 32, and never fewer than 1.",
+    num_splits,
+    cases=[(1, 8, 32768, 132), (64, 8, 4096, 132), (4, 8, 2048, 108), (2, 8, 512, 40), (1, 1, 100, 40),
+           (16, 8, 8192, 132), (5, 8, 16384, 40), (1, 8, 1024, 132), (3, 4, 65536, 108)],
+    hints=["Work it out for one sequence with 8 K/V heads on 132 multiprocessors: 8 programs, so about "
+           "264 / 8 = 33 splits would give two programs per multiprocessor; then apply the two caps.",
+           "`programs = num_seqs * num_kv_heads`; `1` if `programs >= sms`; else "
+           "`max(1, min(ceil(2 * sms / programs), max_seq_len // 256, 32))`."],
+    wrong=[lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), 32)),        # no token cap
+           lambda n, h, L, sms: 1 if n >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
+           lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), L // 256))],  # no cap of 32
 )
+
+__all__ = ["merge_partials", "num_splits"]

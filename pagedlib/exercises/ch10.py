@@ -1,129 +1,102 @@
-"""Chapter 10 exercises: the reserve-max capacity of a GPU; the page size that minimises waste plus
-table overhead.
+"""Chapter 10 exercises: which request the scheduler preempts; how many steps a workload takes.
 
-Reference solutions are plain functions; each name is then rebound to its Exercise, so a notebook
-calls ``ex.reserve_max_capacity.check(my_function)``.
+Both follow the scheduler of :mod:`pagedlib.scheduler` (first come, first served, admission on demand,
+preemption of the newest running request by recompute). The notebook checks the answers against
+pagedlib's own scheduler and engine, so the references here are the ones the code really produces.
 """
 from __future__ import annotations
 
 from . import Exercise
 
-POW2_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+# ---- exercise 1: who is preempted, and when ----------------------------------------------------
 
-# ---- exercise 1: how many requests a reserve-max cache holds on a GPU ------------------------------
+PREEMPT_SCENARIO = {"num_blocks": 5, "block_size": 4,
+                    "requests": {"A": (7, 8), "B": (4, 8), "C": (2, 8)}}   # name: (prompt, output tokens)
 
-
-def reserve_max_capacity(kv_cache_bytes: int, num_layers: int, num_kv_heads: int, head_dim: int,
-                         dtype_bytes: int, max_len: int) -> int:
-    """Requests that fit `kv_cache_bytes` of K/V cache when each reserves `max_len` token slots."""
-    bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * dtype_bytes   # K and V, every layer
-    slots = kv_cache_bytes // bytes_per_token
-    return slots // max_len
+preempted = ("C", 3)
 
 
-def _diagnose_capacity(answer, expected, args):
-    kv_cache_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, max_len = args
-    one_tensor = kv_cache_bytes // (num_layers * num_kv_heads * head_dim * dtype_bytes) // max_len
-    if answer == one_tensor and answer != expected:
-        return "Every token stores a key AND a value vector in every layer."
-    exact = kv_cache_bytes / (2 * num_layers * num_kv_heads * head_dim * dtype_bytes * max_len)
-    if answer > expected and answer - exact < 1:
-        return "Round down: a request whose reservation does not fit whole does not fit at all."
-    if answer == kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes):
-        return "That is the number of token slots; each request reserves max_len of them."
+def _diagnose_preempted(answer, expected) -> str | None:
+    if not isinstance(answer, (list, tuple)) or len(answer) != 2:
+        return "Answer with a pair (name, step), for example (\"B\", 4)."
+    name, step = answer
+    name = str(name).strip().upper()
+    if name == "A":
+        return ("A is the one that runs out of room, but the scheduler does not preempt whoever asks: "
+                "it protects the requests that have waited longest.")
+    if name == "B":
+        return ("B does need a block first, but in that step one is still free. Find the first step "
+                "where some request needs a block and none is left.")
+    if name == expected[0] and step != expected[1]:
+        return ("Right request, wrong step. Count the tokens each request holds at the start of every "
+                "step (its prompt plus the tokens generated so far) and find when one crosses into a "
+                "new block while no block is free.")
     return None
 
 
-reserve_max_capacity = Exercise(
-    "ch10.reserve_max_capacity",
-    "A GPU gives `kv_cache_bytes` bytes to the K/V cache of a model with `num_layers` layers, "
-    "`num_kv_heads` K/V heads of `head_dim` elements, `dtype_bytes` bytes per element. Every request "
-    "reserves `max_len` token slots. How many requests fit at once?",
-    reserve_max_capacity,
-    cases=[(12 * 2**30, 40, 40, 128, 2, 2048),          # the paper: OPT-13B, 12 GiB
-           (40 * 2**30, 32, 8, 128, 2, 8192),           # a GQA model with long contexts
-           (10**9, 12, 12, 64, 2, 1024),                # GPT-2 sized
-           (2048 * 819_200 - 1, 40, 40, 128, 2, 2048),  # one byte short of one request
-           (2048 * 819_200, 40, 40, 128, 2, 2048),      # exactly one request
-           (0, 32, 32, 128, 2, 4096),
-           (70 * 2**30, 80, 8, 128, 1, 8192)],          # fp8 cache
-    diagnose=_diagnose_capacity,
-    hints=["First find the bytes of one token's K/V, then how many token slots the bytes hold, then "
-           "how many max_len reservations those slots hold.",
-           "Bytes per token: 2 (K and V) * num_layers * num_kv_heads * head_dim * dtype_bytes. Both "
-           "divisions round down.",
-           "(kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes)) // max_len"],
-    wrong=[lambda b, l, h, d, s, m: b // (l * h * d * s) // m,
-           lambda b, l, h, d, s, m: -(-b // (2 * l * h * d * s * m))],
+def _compare_preempted(answer, expected) -> bool:
+    return (isinstance(answer, (list, tuple)) and len(answer) == 2
+            and str(answer[0]).strip().upper() == expected[0]
+            and not isinstance(answer[1], bool) and answer[1] == expected[1])
+
+
+preempted = Exercise(
+    "ch10.preempted",
+    "A cache of 5 blocks of 4 tokens, `max_num_seqs` large. Requests A (7-token prompt), B (4) and C (2) "
+    "arrive together, in that order, each to generate 8 tokens. Step 1 admits all three. Which request is "
+    "preempted first, and in which step? Answer a pair (name, step).",
+    preempted,
+    compare=_compare_preempted,
+    diagnose=_diagnose_preempted,
+    hints=["Step 1 admits A, B and C: how many blocks do their prompts take, and how many are left? "
+           "In each later step every running request first needs room for the token it sampled last.",
+           "A request holding n tokens needs a new block when n is a multiple of 4. After step 1 A, B, C "
+           "hold 7, 4, 2 tokens and each has one sampled token to add in step 2; in step 3 they add another.",
+           "When a block is needed and none is free, the scheduler preempts the newest running request "
+           "(the last admitted), even if another request is the one asking."],
+    wrong=[("A", 3), ("B", 2), ("C", 2), ("B", 6)],
+    explanation=("Step 1: A takes 2 blocks, B 1, C 1: one block is left. Step 2: B's 5th token needs a "
+                 "block and takes the last one. Step 3: A's 9th token needs a block, none is free, so the "
+                 "newest request, C, is preempted; its block goes to A. C waits at the front of the line "
+                 "and is recomputed (prompt + its one generated token) when blocks free up."),
 )
 
 
-# ---- exercise 2: the page size that minimises waste + table overhead -------------------------------
+# ---- exercise 2: how many steps ------------------------------------------------------------------
+
+def num_steps(num_requests: int, output_len: int, max_num_seqs: int) -> int:
+    """Engine steps for ``num_requests`` requests that each generate ``output_len`` tokens, at most
+    ``max_num_seqs`` at once, with a cache large enough for all of them."""
+    waves = -(-num_requests // max_num_seqs)     # they all finish together, then the next wave starts
+    return waves * output_len                    # the prefill step already yields the first token
 
 
-def page_size_cost(lengths: list[int], block_size: int, per_page_cost: float) -> float:
-    """Waste plus overhead, in slot-equivalents: sum over requests of (pages * block_size - length)
-    plus per_page_cost * pages, where pages = ceil(length / block_size)."""
-    pages = [-(-n // block_size) for n in lengths]
-    waste = sum(p * block_size - n for p, n in zip(pages, lengths))
-    return waste + per_page_cost * sum(pages)
+def _diagnose_steps(answer, expected, args) -> str | None:
+    n, out, k = args
+    waves = -(-n // k)
+    if answer == waves * (out + 1):
+        return ("One step too many per wave: the step that computes a prompt (prefill) also samples the "
+                "request's first token.")
+    if answer == n * out // k or answer == n * out / k:
+        return "A wave that is only partly full still takes as many steps as a full one."
+    if answer == n * out:
+        return "That is one request at a time: the requests of a wave run in the same steps."
+    return None
 
 
-def best_page_size(lengths: list[int], per_page_cost: float, candidates: list[int]) -> int:
-    """The candidate page size with the lowest waste + per-page overhead (the smallest one on a tie)."""
-    best_size, best_cost = None, None
-    for size in sorted(candidates):                  # small to large: a tie keeps the smaller size
-        pages = [-(-n // size) for n in lengths]     # ceil(n / size) for every request
-        waste = sum(p * size - n for p, n in zip(pages, lengths))
-        cost = waste + per_page_cost * sum(pages)
-        if best_cost is None or cost < best_cost:
-            best_size, best_cost = size, cost
-    return best_size
-
-
-def _argmin(lengths, candidates, cost):
-    return min(sorted(candidates), key=cost)
-
-
-def _diagnose_best(answer, expected, args):
-    lengths, per_page_cost, candidates = args
-    if answer not in candidates:
-        return "The answer must be one of the candidate page sizes."
-    waste_only = _argmin(lengths, candidates, lambda b: page_size_cost(lengths, b, 0.0))
-    pages_only = _argmin(lengths, candidates, lambda b: sum(-(-n // b) for n in lengths))
-    if answer == waste_only != expected:
-        return "That minimises the waste alone: each page also costs per_page_cost."
-    if answer == pages_only != expected:
-        return "That minimises the number of pages alone: the unused tail of each last page counts too."
-    if page_size_cost(lengths, answer, per_page_cost) == page_size_cost(lengths, expected, per_page_cost):
-        return "That ties for the lowest cost: on a tie, pick the smallest page size."
-    return "Compare the cost of every candidate: is each request's page count rounded up?"
-
-
-best_page_size = Exercise(
-    "ch10.best_page_size",
-    "Each request of `lengths` tokens holds pages = ceil(length / B) pages of B slots. Cost(B) = "
-    "sum over requests of (pages * B - length) + per_page_cost * sum of pages (the unused slots plus "
-    "the per-page bookkeeping, both in slots). Return the B in `candidates` with the lowest cost; on a "
-    "tie, the smallest such B.",
-    best_page_size,
-    cases=[([496], 0.0, POW2_SIZES),
-           ([512, 37, 1900, 128, 4], 4.0, POW2_SIZES),
-           ([161, 338, 499, 1024, 77, 5, 2000, 640], 8.0, POW2_SIZES),
-           ([78] * 10 + [13, 250], 2.0, POW2_SIZES),
-           ([16] * 5, 1.0, POW2_SIZES),
-           ([1000, 3, 77], 2.5, [16, 32, 64]),
-           ([300, 301, 302, 303], 50.0, POW2_SIZES),
-           ([64, 64], 0.0, [64, 32, 16])],
-    diagnose=_diagnose_best,
-    hints=["Write a function cost(B) that follows the definition word for word, then try every "
-           "candidate.",
-           "pages = -(-length // B) rounds up. Keep the candidates sorted from small to large and only "
-           "replace the best one when the cost is strictly lower: that settles ties.",
-           "min(sorted(candidates), key=lambda B: sum((-(-n // B)) * B - n + per_page_cost * (-(-n // B)) "
-           "for n in lengths))"],
-    wrong=[lambda lengths, c, cands: min(sorted(cands), key=lambda b: page_size_cost(lengths, b, 0.0)),
-           lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(-(-n // b) for n in lengths)),
-           lambda lengths, c, cands: min(sorted(cands, reverse=True),
-                                         key=lambda b: page_size_cost(lengths, b, c))],
+num_steps = Exercise(
+    "ch10.num_steps",
+    "`num_requests` requests arrive together; each generates exactly `output_len` tokens (no end token), "
+    "at most `max_num_seqs` run at once and blocks never run out. How many engine steps does the "
+    "workload take?",
+    num_steps,
+    cases=[(5, 6, 2), (1, 1, 1), (4, 10, 4), (4, 10, 8), (7, 3, 3), (12, 20, 5), (3, 1, 1), (100, 16, 32)],
+    diagnose=_diagnose_steps,
+    hints=["Every running request gets exactly one new token per step, and the step that admits a "
+           "request (its prefill) already produces its first token.",
+           "With equal outputs, the first `max_num_seqs` requests finish in the same step; the next ones "
+           "are admitted in the step after. How many such waves are there?",
+           "Waves: `ceil(num_requests / max_num_seqs)`, each `output_len` steps long."],
+    wrong=[lambda n, out, k: -(-n // k) * (out + 1), lambda n, out, k: n * out // k,
+           lambda n, out, k: n * out],
 )

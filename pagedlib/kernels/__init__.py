@@ -1,4 +1,4 @@
-"""The Triton kernels of chapters 7 and 8, one idea per file.
+"""The Triton kernels of chapters 8 and 9, one idea per file.
 
 - ``decode``: decode attention in one pass; one program per (sequence, KV head) serves the whole GQA
   group and walks the sequence's pages with an online softmax. Its inner loop, ``attend_tiles``,

@@ -1,4 +1,4 @@
-"""Decode attention through a page table, in one pass (chapter 7).
+"""Decode attention through a page table, in one pass (chapter 8).
 
 At decode time each sequence has one new query token per head, and must read *all* of its cached
 K/V: the work is reading memory, so the kernel is built to read every K/V byte once.

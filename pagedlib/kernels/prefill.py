@@ -1,4 +1,4 @@
-"""Prefill attention over pages: a chunk of new tokens per sequence (chapter 8).
+"""Prefill attention over pages: a chunk of new tokens per sequence (chapter 9).
 
 Prefix caching and chunked prefill both leave a sequence with ``cached`` tokens already in the
 cache and a chunk of ``n`` new tokens to attend (their K/V written just before this kernel runs).

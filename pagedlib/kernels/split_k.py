@@ -1,4 +1,4 @@
-"""Split-K decode attention, a.k.a. flash-decoding (chapter 8).
+"""Split-K decode attention, a.k.a. flash-decoding (chapter 9).
 
 With a small batch the single-pass kernel launches only ``num_seqs * num_kv_heads`` programs: too
 few to keep a GPU's streaming multiprocessors busy while each walks a long sequence alone. So split

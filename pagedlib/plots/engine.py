@@ -1,4 +1,4 @@
-"""Figures of the serving engine (chapter 9): what the scheduler did, step by step.
+"""Figures of the serving engine (chapter 10): what the scheduler did, step by step.
 
 Both functions read ``LLM.metrics`` (its per-step ``history``) and return a matplotlib Figure.
 """

@@ -1,4 +1,4 @@
-"""Capacity at scale: a simulator of the PagedAttention paper's memory results (chapter 10).
+"""Capacity at scale: a simulator of the PagedAttention paper's memory results (chapter 12).
 
 ::
 

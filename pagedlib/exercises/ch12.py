@@ -1,0 +1,129 @@
+"""Chapter 12 exercises: the reserve-max capacity of a GPU; the page size that minimises waste plus
+table overhead.
+
+Reference solutions are plain functions; each name is then rebound to its Exercise, so a notebook
+calls ``ex.reserve_max_capacity.check(my_function)``.
+"""
+from __future__ import annotations
+
+from . import Exercise
+
+POW2_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+# ---- exercise 1: how many requests a reserve-max cache holds on a GPU ------------------------------
+
+
+def reserve_max_capacity(kv_cache_bytes: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                         dtype_bytes: int, max_len: int) -> int:
+    """Requests that fit `kv_cache_bytes` of K/V cache when each reserves `max_len` token slots."""
+    bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * dtype_bytes   # K and V, every layer
+    slots = kv_cache_bytes // bytes_per_token
+    return slots // max_len
+
+
+def _diagnose_capacity(answer, expected, args):
+    kv_cache_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, max_len = args
+    one_tensor = kv_cache_bytes // (num_layers * num_kv_heads * head_dim * dtype_bytes) // max_len
+    if answer == one_tensor and answer != expected:
+        return "Every token stores a key AND a value vector in every layer."
+    exact = kv_cache_bytes / (2 * num_layers * num_kv_heads * head_dim * dtype_bytes * max_len)
+    if answer > expected and answer - exact < 1:
+        return "Round down: a request whose reservation does not fit whole does not fit at all."
+    if answer == kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes):
+        return "That is the number of token slots; each request reserves max_len of them."
+    return None
+
+
+reserve_max_capacity = Exercise(
+    "ch12.reserve_max_capacity",
+    "A GPU gives `kv_cache_bytes` bytes to the K/V cache of a model with `num_layers` layers, "
+    "`num_kv_heads` K/V heads of `head_dim` elements, `dtype_bytes` bytes per element. Every request "
+    "reserves `max_len` token slots. How many requests fit at once?",
+    reserve_max_capacity,
+    cases=[(12 * 2**30, 40, 40, 128, 2, 2048),          # the paper: OPT-13B, 12 GiB
+           (40 * 2**30, 32, 8, 128, 2, 8192),           # a GQA model with long contexts
+           (10**9, 12, 12, 64, 2, 1024),                # GPT-2 sized
+           (2048 * 819_200 - 1, 40, 40, 128, 2, 2048),  # one byte short of one request
+           (2048 * 819_200, 40, 40, 128, 2, 2048),      # exactly one request
+           (0, 32, 32, 128, 2, 4096),
+           (70 * 2**30, 80, 8, 128, 1, 8192)],          # fp8 cache
+    diagnose=_diagnose_capacity,
+    hints=["First find the bytes of one token's K/V, then how many token slots the bytes hold, then "
+           "how many max_len reservations those slots hold.",
+           "Bytes per token: 2 (K and V) * num_layers * num_kv_heads * head_dim * dtype_bytes. Both "
+           "divisions round down.",
+           "(kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes)) // max_len"],
+    wrong=[lambda b, l, h, d, s, m: b // (l * h * d * s) // m,
+           lambda b, l, h, d, s, m: -(-b // (2 * l * h * d * s * m))],
+)
+
+
+# ---- exercise 2: the page size that minimises waste + table overhead -------------------------------
+
+
+def page_size_cost(lengths: list[int], block_size: int, per_page_cost: float) -> float:
+    """Waste plus overhead, in slot-equivalents: sum over requests of (pages * block_size - length)
+    plus per_page_cost * pages, where pages = ceil(length / block_size)."""
+    pages = [-(-n // block_size) for n in lengths]
+    waste = sum(p * block_size - n for p, n in zip(pages, lengths))
+    return waste + per_page_cost * sum(pages)
+
+
+def best_page_size(lengths: list[int], per_page_cost: float, candidates: list[int]) -> int:
+    """The candidate page size with the lowest waste + per-page overhead (the smallest one on a tie)."""
+    best_size, best_cost = None, None
+    for size in sorted(candidates):                  # small to large: a tie keeps the smaller size
+        pages = [-(-n // size) for n in lengths]     # ceil(n / size) for every request
+        waste = sum(p * size - n for p, n in zip(pages, lengths))
+        cost = waste + per_page_cost * sum(pages)
+        if best_cost is None or cost < best_cost:
+            best_size, best_cost = size, cost
+    return best_size
+
+
+def _argmin(lengths, candidates, cost):
+    return min(sorted(candidates), key=cost)
+
+
+def _diagnose_best(answer, expected, args):
+    lengths, per_page_cost, candidates = args
+    if answer not in candidates:
+        return "The answer must be one of the candidate page sizes."
+    waste_only = _argmin(lengths, candidates, lambda b: page_size_cost(lengths, b, 0.0))
+    pages_only = _argmin(lengths, candidates, lambda b: sum(-(-n // b) for n in lengths))
+    if answer == waste_only != expected:
+        return "That minimises the waste alone: each page also costs per_page_cost."
+    if answer == pages_only != expected:
+        return "That minimises the number of pages alone: the unused tail of each last page counts too."
+    if page_size_cost(lengths, answer, per_page_cost) == page_size_cost(lengths, expected, per_page_cost):
+        return "That ties for the lowest cost: on a tie, pick the smallest page size."
+    return "Compare the cost of every candidate: is each request's page count rounded up?"
+
+
+best_page_size = Exercise(
+    "ch12.best_page_size",
+    "Each request of `lengths` tokens holds pages = ceil(length / B) pages of B slots. Cost(B) = "
+    "sum over requests of (pages * B - length) + per_page_cost * sum of pages (the unused slots plus "
+    "the per-page bookkeeping, both in slots). Return the B in `candidates` with the lowest cost; on a "
+    "tie, the smallest such B.",
+    best_page_size,
+    cases=[([496], 0.0, POW2_SIZES),
+           ([512, 37, 1900, 128, 4], 4.0, POW2_SIZES),
+           ([161, 338, 499, 1024, 77, 5, 2000, 640], 8.0, POW2_SIZES),
+           ([78] * 10 + [13, 250], 2.0, POW2_SIZES),
+           ([16] * 5, 1.0, POW2_SIZES),
+           ([1000, 3, 77], 2.5, [16, 32, 64]),
+           ([300, 301, 302, 303], 50.0, POW2_SIZES),
+           ([64, 64], 0.0, [64, 32, 16])],
+    diagnose=_diagnose_best,
+    hints=["Write a function cost(B) that follows the definition word for word, then try every "
+           "candidate.",
+           "pages = -(-length // B) rounds up. Keep the candidates sorted from small to large and only "
+           "replace the best one when the cost is strictly lower: that settles ties.",
+           "min(sorted(candidates), key=lambda B: sum((-(-n // B)) * B - n + per_page_cost * (-(-n // B)) "
+           "for n in lengths))"],
+    wrong=[lambda lengths, c, cands: min(sorted(cands), key=lambda b: page_size_cost(lengths, b, 0.0)),
+           lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(-(-n // b) for n in lengths)),
+           lambda lengths, c, cands: min(sorted(cands, reverse=True),
+                                         key=lambda b: page_size_cost(lengths, b, c))],
+)
