@@ -60,8 +60,10 @@ class StepLoop:
         self.generate()
         if self.measuring:
             self.meter.record(self.tokens, self.pool, len(self.running))
-        self.finish()
+        finished = self.finish()
         self.clock += self.step_time(self.tokens, prefill)
+        for r in finished:
+            r.finish_s = self.clock                         # its last token is out when the step ends
         self.steps += 1
 
     def admit(self) -> int:
@@ -95,16 +97,16 @@ class StepLoop:
         self.preemptions += 1
         self.waiting.appendleft(r)
 
-    def finish(self) -> None:
-        """Release the requests that have generated their whole output."""
-        if not any(r.done for r in self.running):
-            return
-        for r in self.running:
-            if r.done:
-                self.pool.release(r)
-                self.tokens -= r.stored
-                r.finish_step = self.steps
-        self.running = [r for r in self.running if not r.done]
+    def finish(self) -> list[SimRequest]:
+        """Release the requests that have generated their whole output; return them."""
+        finished = [r for r in self.running if r.done]
+        for r in finished:
+            self.pool.release(r)
+            self.tokens -= r.stored
+            r.finish_step = self.steps
+        if finished:
+            self.running = [r for r in self.running if not r.done]
+        return finished
 
     def result(self, policy: str, block_size: int) -> SimResult:
         """The measured averages, as a :class:`SimResult`."""
@@ -116,4 +118,6 @@ class StepLoop:
             avg_batch=m.batch_sum / max(1, m.steps), steps=m.steps, total_steps=self.steps,
             seconds=self.clock, preemptions=self.preemptions, peak_held=m.peak_held,
             generated=np.array([r.generated for r in self.requests], dtype=np.int64),
-            finish_steps=np.array([r.finish_step for r in self.requests], dtype=np.int64))
+            finish_steps=np.array([r.finish_step for r in self.requests], dtype=np.int64),
+            latency_s=np.array([r.finish_s - self.arrivals[r.rid] for r in self.requests]),
+            output_lens=np.array([r.output for r in self.requests], dtype=np.int64))

@@ -21,6 +21,7 @@ class SimRequest:
     address: int = -1
     preemptions: int = 0
     finish_step: int = -1
+    finish_s: float = -1.0              # the clock (s) at the end of the step that finished it
 
     @property
     def stored(self) -> int:

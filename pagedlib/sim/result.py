@@ -74,6 +74,14 @@ class SimResult:
     peak_held: int
     generated: np.ndarray = field(repr=False)
     finish_steps: np.ndarray = field(repr=False)
+    latency_s: np.ndarray = field(repr=False)      # per request: arrival to its last token (s)
+    output_lens: np.ndarray = field(repr=False)
+
+    @property
+    def normalized_latency(self) -> float:
+        """The paper's Figure 12 metric: the mean over requests of end-to-end latency divided by the
+        request's output length, in seconds per token."""
+        return float(np.mean(self.latency_s / self.output_lens))
 
     @property
     def external_frac(self) -> float:
