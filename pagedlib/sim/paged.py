@@ -9,12 +9,8 @@ it is recomputed later from its prompt plus the tokens it had generated.
 """
 from __future__ import annotations
 
+from ..capacity import pages_for
 from .request import SimRequest
-
-
-def pages_for(num_tokens: int, block_size: int) -> int:
-    """Pages of ``block_size`` slots needed to hold ``num_tokens`` tokens."""
-    return -(-num_tokens // block_size)
 
 
 class PagedPool:

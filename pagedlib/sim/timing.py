@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KiB, GB, TB = 1024, 10**9, 10**12
+from ..capacity import MODELS
+
+GB, TB = 10**9, 10**12
 
 
 @dataclass(frozen=True)
@@ -47,5 +49,8 @@ class StepTime:
                    per_prefill_token_s=2 * num_params / (flops * efficiency))
 
 
-# OPT-13B (12.85B parameters, fp16, 800 KiB of K/V per token) on an A100-40GB (1.555 TB/s, 312 TFLOP/s)
-OPT13B_A100 = StepTime.roofline(12.85e9, 800 * KiB, 1.555 * TB, 312 * TB, efficiency=0.5)
+# OPT-13B (12.85B parameters, fp16, 800 KiB of K/V per token: capacity.MODELS) on an A100-40GB
+# (1.555 TB/s, 312 TFLOP/s)
+OPT13B_A100 = StepTime.roofline(MODELS["opt-13b"].num_params, MODELS["opt-13b"].kv_bytes_per_token,
+                                1.555 * TB, 312 * TB, efficiency=0.5,
+                                bytes_per_param=MODELS["opt-13b"].dtype_bytes)
