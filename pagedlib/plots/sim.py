@@ -33,7 +33,7 @@ def _stack(ax, x: float, shares: dict[str, float], width: float, labelled: bool,
                edgecolor="white", linewidth=0.5, label=label if labelled else None)
         bottom += shares[name]
     ax.text(x, shares["token"] / 2, f"{shares['token']:.1f}%", ha="center", va="center",
-            color="white", fontsize=8, fontweight="bold")
+            color="white", fontsize=10, fontweight="bold")
 
 
 def paper_figure2(results: dict[str, SimResult] | None = None, workload: Workload | None = None):
@@ -43,18 +43,18 @@ def paper_figure2(results: dict[str, SimResult] | None = None, workload: Workloa
     queue). Each policy gets two stacked bars, the simulation (left) and the paper (right, lighter).
     """
     results = results or _saturated(workload)
-    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 5.4), layout="constrained")
     for i, policy in enumerate(results):
         sim = {k: 100 * v for k, v in results[policy].shares().items()}
         _stack(ax, i - 0.2, sim, 0.36, labelled=i == 0)
         _stack(ax, i + 0.2, FIGURE2[policy], 0.36, labelled=False, alpha=0.55)
-        ax.text(i - 0.2, 101, "sim", ha="center", fontsize=8)
-        ax.text(i + 0.2, 101, "paper", ha="center", fontsize=8)
+        ax.text(i - 0.2, 101, "sim", ha="center", fontsize=10)
+        ax.text(i + 0.2, 101, "paper", ha="center", fontsize=10)
     ax.set_xticks(range(len(results)), [POLICY_LABELS[p] for p in results])
     ax.set_ylim(0, 108)
     ax.set_ylabel("share of the K/V pool (%, time average)")
-    ax.set_title("Where the K/V memory goes (OPT-13B, 15.7K slots, ShareGPT): simulated vs paper")
-    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+    ax.set_title("Where the K/V memory goes (OPT-13B, 15.7K slots, ShareGPT):\nsimulated vs paper")
+    fig.legend(loc="outside lower center", ncols=4, fontsize=10, frameon=False)   # below: fits a phone
     return fig
 
 
@@ -115,6 +115,6 @@ def sim_waste_vs_block_size(block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     ax.set_title("Paged policy: waste and batch size vs page size (ShareGPT, saturated queue)")
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = batch_ax.get_legend_handles_labels()
-    fig.legend(handles + more, labels + more_labels, loc="outside right upper", fontsize=8,
+    fig.legend(handles + more, labels + more_labels, loc="outside lower center", ncols=3, fontsize=10,
                frameon=False)
     return fig

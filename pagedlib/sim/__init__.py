@@ -60,17 +60,18 @@ import numpy as np
 from .buddy import BuddyAllocator, next_pow2
 from .loop import StepLoop
 from .paged import PagedPool
-from .paper import FIGURE2, FIGURE13, KV_SLOTS, MAX_LEN, POLICY_LABELS
+from .paper import FIGURE2, FIGURE2_APPROXIMATE, FIGURE13, KV_SLOTS, MAX_LEN, POLICY_LABELS
 from .request import SimRequest
 from .reservation import RESERVATION_POLICIES, ReservationPool, reservation_size
 from .result import SimResult
 from .timing import OPT13B_A100, StepTime
 from .workload import Workload
+from . import latency
 
 POLICIES = (*RESERVATION_POLICIES, "paged")
 
 __all__ = ["Workload", "simulate", "SimResult", "BuddyAllocator", "StepTime", "OPT13B_A100",
-           "POLICIES", "FIGURE2", "FIGURE13", "KV_SLOTS", "MAX_LEN", "POLICY_LABELS",
+           "POLICIES", "FIGURE2", "FIGURE2_APPROXIMATE", "FIGURE13", "KV_SLOTS", "MAX_LEN", "POLICY_LABELS",
            "reservation_size", "next_pow2", "compare_with_paper"]
 
 
