@@ -11,7 +11,7 @@ import numpy as np
 from ..sim import FIGURE2, FIGURE13, POLICIES, POLICY_LABELS, SimResult, Workload, simulate
 from .style import COLORS, PADDING_HATCH
 
-__all__ = ["paper_figure2", "paper_figure13", "sim_waste_vs_block_size"]
+__all__ = ["paper_figure2", "paper_figure12", "paper_figure13", "sim_waste_vs_block_size"]
 
 # the four states of Figure 2, bottom to top: (name, label, colour, hatch)
 _PARTS = [("token", "token states", COLORS["kv"], None),
@@ -117,4 +117,30 @@ def sim_waste_vs_block_size(block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     more, more_labels = batch_ax.get_legend_handles_labels()
     fig.legend(handles + more, labels + more_labels, loc="outside lower center", ncols=3, fontsize=10,
                frameon=False)
+    return fig
+
+
+_POLICY_STYLE = {"max": (COLORS["padding"], "s"), "pow2": (COLORS["tail"], "^"),
+                 "oracle": (COLORS["external"], "D"), "paged": (COLORS["kv"], "o")}
+
+
+def paper_figure12(rates, curves: dict[str, np.ndarray], knees: dict[str, float] | None = None,
+                   ylim: float = 1.0):
+    """The paper's Figure 12 shape: normalised latency (s/token) against request rate, one line per
+    policy (``curves`` maps policy -> latency at each of ``rates``), with each policy's sustainable
+    rate (``knees``) marked by a dotted line."""
+    fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
+    for policy, latency in curves.items():
+        colour, marker = _POLICY_STYLE[policy]
+        ax.plot(rates, np.minimum(latency, ylim * 1.2), marker=marker, color=colour,
+                label=POLICY_LABELS[policy])
+        if knees and policy in knees:
+            ax.axvline(knees[policy], color=colour, linestyle=":", linewidth=1.5)
+            ax.text(knees[policy], ylim * 0.02, f" {knees[policy]:.2f} ", color=colour, fontsize=10,
+                    va="bottom", ha="right", rotation=90)
+    ax.set_ylim(0, ylim)
+    ax.set_xlabel("request rate (requests/s, Poisson arrivals)")
+    ax.set_ylabel("normalised latency (s/token)")
+    ax.set_title("Latency against load (OPT-13B, ShareGPT, simulated):\nthe knee is where the queue grows without bound")
+    ax.legend(loc="upper left", fontsize=10)
     return fig
