@@ -55,6 +55,8 @@ reserve_max_capacity = Exercise(
            "(kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes)) // max_len"],
     wrong=[lambda b, l, h, d, s, m: b // (l * h * d * s) // m,
            lambda b, l, h, d, s, m: -(-b // (2 * l * h * d * s * m))],
+    explanation="Each request holds max_len slots of 2 * layers * kv_heads * head_dim * dtype_bytes "
+                "bytes, whether it uses them or not, so capacity is a whole number of reservations.",
 )
 
 
@@ -126,4 +128,49 @@ best_page_size = Exercise(
            lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(-(-n // b) for n in lengths)),
            lambda lengths, c, cands: min(sorted(cands, reverse=True),
                                          key=lambda b: page_size_cost(lengths, b, c))],
+    explanation="Small pages waste less of each last page but cost more pages; the best size balances "
+                "the two, and it is smaller for shorter requests.",
+)
+
+
+# ---- exercise 0 (predict, before the page-size table): Alpaca's waste with 128-token pages -------
+
+PREDICT_PAGE = 128
+
+
+def _alpaca_waste(block_size: int = PREDICT_PAGE) -> float:
+    """Share of the slots Alpaca requests hold at their final length that no token fills (the chapter's
+    2,000 requests, seed 0)."""
+    from ..sim import Workload
+    lengths = Workload.alpaca(2_000, seed=0).total_lens
+    held = -(-lengths // block_size) * block_size
+    return float(1 - lengths.sum() / held.sum())
+
+
+def _diagnose_waste(answer, expected) -> str | None:
+    if answer > 1:
+        return "Give a fraction between 0 and 1 (0.25 means a quarter), not a percentage."
+    if answer < expected:
+        return ("Too low: most Alpaca requests are far shorter than one 128-token page, and a request "
+                "holds its whole last page.")
+    return "Too high: the longer requests fill most of their pages; only each last page is partly empty."
+
+
+alpaca_waste = Exercise(
+    "ch12.alpaca_waste",
+    f"Predict: Alpaca requests average under a hundred tokens (prompt + output). With {PREDICT_PAGE}-token "
+    "pages, what share of the slots they hold at their final length is empty? A fraction; within 0.05 "
+    "counts.",
+    round(_alpaca_waste(), 3),
+    compare=lambda answer, expected: abs(answer - expected) <= 0.05,
+    diagnose=_diagnose_waste,
+    hints=["A request holds whole pages: everything from its last token to the end of its last page "
+           "is empty.",
+           "A request of n tokens holds ceil(n / 128) pages. Most Alpaca requests need one page; what "
+           "share of one page does a typical request fill?",
+           "waste = 1 - sum(lengths) / sum(ceil(n / 128) * 128 for n in lengths); a request shorter "
+           "than a page leaves 1 - n / 128 of it empty."],
+    wrong=[0.0, 0.1, 0.9, 45.0],
+    explanation="A short request still holds a whole page: Alpaca's requests fill about half of what "
+                "they hold, which is why short workloads want small pages.",
 )
