@@ -53,10 +53,15 @@ def gather_keys(key_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
 
 
 def _gather_cases() -> list[tuple]:
+    """Pages of 4 tokens (as in the chapter), then pages of 8: the block size is the cache's."""
     gen = torch.Generator().manual_seed(5)
-    cache = torch.randn(8, 4, 2, 3, generator=gen)        # [num_blocks=8, block_size=4, kv_heads=2, dim=3]
+    cache = torch.randn(8, 4, 2, 3, generator=gen)         # [num_blocks, block_size=4, kv_heads, dim]
     table = torch.tensor([6, 1, 3, 0], dtype=torch.int32)  # [max_blocks]
-    return [(cache, table, n) for n in (1, 4, 5, 11, 16)] + [(cache, torch.tensor([2], dtype=torch.int32), 3)]
+    cache8 = torch.randn(5, 8, 1, 2, generator=gen)        # [num_blocks, block_size=8, kv_heads, dim]
+    table8 = torch.tensor([4, 0, 2], dtype=torch.int32)
+    return ([(cache, table, n) for n in (1, 4, 5, 11, 16)]
+            + [(cache, torch.tensor([2], dtype=torch.int32), 3)]
+            + [(cache8, table8, n) for n in (3, 9, 24)])
 
 
 gather_keys = Exercise(
@@ -70,25 +75,30 @@ gather_keys = Exercise(
            "`ceil(seq_len / block_size)` entries of the block table belong to it.",
            "Token t is in block `block_table[t // block_size]` at row `t % block_size`. A loop over the "
            "tokens with `torch.stack` works; so does gathering whole pages at once.",
-           "Whole pages: `pages = key_cache[block_table[:num_pages].long()]` is `[num_pages, block_size, "
-           "kv_heads, dim]`; `pages.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused "
-           "tail of the last page."],
+           "`block_size = key_cache.shape[1]`. Whole pages: `pages = "
+           "key_cache[block_table[:num_pages].long()]` is `[num_pages, block_size, kv_heads, dim]`; "
+           "`pages.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused tail of the "
+           "last page."],
     wrong=[lambda cache, table, n: cache.flatten(0, 1)[:n],
            lambda cache, table, n: cache[table.long()].flatten(0, 1)],
-    diagnose=lambda got, want, args: _diagnose_gather(got, want),
+    diagnose=lambda got, want, args: _diagnose_gather(got, want, args[0].shape[1]),
     explanation="Indexing the cache with the used block ids puts the pages in logical order; flattening "
                 "them and cutting at seq_len drops the unused tail of the last page.",
 )
 
 
-def _diagnose_gather(got, want) -> str | None:
+def _diagnose_gather(got, want, block_size: int) -> str | None:
     if not isinstance(got, torch.Tensor):
         return None
+    if block_size != 4 and got.shape[1:] == want.shape[1:]:
+        return (f"this cache has pages of {block_size} tokens: take the block size from "
+                "key_cache.shape[1], not from the chapter's BLOCK_SIZE.")
     if got.shape[1:] == want.shape[1:] and got.shape[0] > want.shape[0]:
         return (f"{got.shape[0]} rows where the sequence has {want.shape[0]} tokens: cut off the "
                 "unused tail of the last page (and the padding entries of the table).")
     if got.shape != want.shape:
-        return f"expected shape {list(want.shape)} ([seq_len, num_kv_heads, head_dim]); got {list(got.shape)}."
+        return (f"expected shape {list(want.shape)} ([seq_len, num_kv_heads, head_dim]); "
+                f"got {list(got.shape)}.")
     return "Right shape, wrong rows: read the pages in the order the block table gives them."
 
 
@@ -130,7 +140,8 @@ block_table_to_csr = Exercise(
     explanation="indices drops the padding, indptr marks where each sequence's pages start, and "
                 "last_page_len is 1 to page_size, so a length is page_size * (pages - 1) + last_page_len.",
     hints=["CSR stores a ragged table as one flat list plus offsets: no padding, and one more offset "
-           "than there are rows.","`indices` lists every sequence's used pages end to end (leave the padding out); `indptr[s]` "
+           "than there are rows.",
+           "`indices` lists every sequence's used pages end to end (leave the padding out); `indptr[s]` "
            "and `indptr[s + 1]` say where sequence s's pages start and stop, so `indptr` starts at 0 and "
            "has one more entry than there are sequences.",
            "A sequence of n tokens uses `pages = ceil(n / page_size)` pages; its last page holds "
