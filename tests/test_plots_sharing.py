@@ -26,9 +26,14 @@ def patches_of(fig, colour) -> list:
 
 
 def readable(fig) -> bool:
+    """A legend, every label, legend entry and visible tick label at 10 pt or more, 8-9.5 in wide."""
+    fig.canvas.draw()
     sizes = [t.get_fontsize() for ax in fig.axes for t in ax.texts]
     sizes += [t.get_fontsize() for leg in fig.legends for t in leg.get_texts()]
-    return bool(fig.legends) and min(sizes) >= 9 and 8 <= fig.get_figwidth() <= 9.5
+    sizes += [t.get_fontsize() for ax in fig.axes
+              for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_visible() and t.get_text()]
+    sizes += [ax.xaxis.label.get_fontsize() for ax in fig.axes if ax.get_xlabel()]
+    return bool(fig.legends) and min(sizes) >= 10 and 8 <= fig.get_figwidth() <= 9.5
 
 
 def forked(n_children=3, tokens=10, block_size=4):

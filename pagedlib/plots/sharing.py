@@ -275,7 +275,7 @@ def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int)
                                        facecolor=COLORS["tail"], hatch=PADDING_HATCH,
                                        edgecolor="black"))
                 ax.add_patch(Rectangle((x, y), 1.4, 0.7, fill=False, edgecolor="black", ls="--"))
-                ax.text(x + 0.7, y - 0.05, "no name", ha="center", va="top", fontsize=FONT - 1)
+                ax.text(x + 0.7, y - 0.05, "no name", ha="center", va="top", fontsize=FONT)
         seen |= new
         ax.text(-0.2, -r - 0.5, f"{name} ({len(tokens)} tokens)", ha="right", va="center",
                 fontsize=FONT)
