@@ -55,3 +55,12 @@ def test_hit_count_names_the_prompt_that_is_off():
 
 def test_evicted_prefix_matches_the_replay():
     assert ch07.evict_replay() == {"A": 0, "B": 0, "C": 0, "A again": ch07.evicted_prefix.reference}
+
+
+def test_the_chapters_loop_with_its_fixed_block_size_is_told_to_read_the_cache():
+    import torch
+
+    def chapter_gather(cache, table, seq_len, BLOCK_SIZE=4):
+        return torch.stack([cache[table[t // BLOCK_SIZE], t % BLOCK_SIZE] for t in range(seq_len)])
+    result = ch05.gather_keys.check(chapter_gather)
+    assert result.state == INCORRECT and "key_cache.shape[1]" in result.message

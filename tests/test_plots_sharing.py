@@ -139,3 +139,18 @@ def test_pool_snapshots_show_each_state():
     assert "a1" in texts(fig) and texts(fig).count("a0") == 2 and readable(fig)
     with pytest.raises(ValueError, match="unknown state"):
         plots.plot_pool_snapshots([("x", ["busy"] * 4, [""] * 4)])
+
+
+def test_beam_tree_edges_never_cross():
+    parents = [[0, 0, 0], [0, 1, 1], [0, 0, 2], [1, 2, 2]]
+    bm, beams = beam_run(parents)
+    top = plots.plot_beam_tree(parents, bm, beams, prompt_len=6).axes[0]
+    edges = [ln.get_xydata() for ln in top.lines if ln.get_linestyle() == "-"]
+    by_step: dict[float, list] = {}
+    for (x0, y0), (x1, y1) in edges:
+        by_step.setdefault(x1, []).append((y0, y1))
+    assert len(by_step) == len(parents)
+    for pairs in by_step.values():
+        for a in pairs:
+            for b in pairs:
+                assert (a[0] - b[0]) * (a[1] - b[1]) >= 0   # same order at both ends: no crossing
