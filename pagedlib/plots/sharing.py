@@ -127,8 +127,10 @@ def _draw_tables(ax, bm: BlockManager, seq_ids: Sequence[Hashable], x_scale: flo
             ax.add_patch(Rectangle((x0, y0), w * filled, h, facecolor=colour, edgecolor="none"))
             ax.add_patch(Rectangle((x0, y0), w, h, fill=False, edgecolor="black", lw=1))
             label = f"{block}" + (f"\n×{ref}" if ref > 1 and h > 1.5 else f" ×{ref}" if ref > 1 else "")
+            full = filled == 1.0                          # a partly filled box: label on white
             ax.text(x0 + w / 2, y0 + h / 2, label, ha="center", va="center", fontsize=FONT,
-                    color="white" if filled == 1.0 else "black", fontweight="bold")
+                    color="white" if full else "black", fontweight="bold",
+                    bbox=None if full else dict(boxstyle="round,pad=0.15", fc="white", ec="none"))
     if label_rows:
         for r, (s, n) in enumerate(zip(seq_ids, lens)):
             ax.text(-0.15 * x_scale, -r - 0.5, f"{s} ({n} tokens)", ha="right", va="center",
@@ -146,7 +148,7 @@ def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = No
                        title: str | None = None):
     """The block tables of ``seq_ids`` as rows of boxes, each labelled with its physical block.
 
-    Column ``i`` is logical block ``i``. A physical block held by neighbouring rows is drawn once,
+    Column ``i`` is logical block (page) ``i``. A physical block held by neighbouring rows is drawn once,
     as one box spanning them, green with its ref count; a block held by one table is blue. Each box
     is filled as far as its tokens go.
     """
@@ -157,12 +159,12 @@ def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = No
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(seq_ids) + 1.9), layout="constrained")
     _draw_tables(ax, bm, seq_ids)
     for i in range(width):
-        ax.text(i + 0.5, 0.15, f"block {i}", ha="center", va="bottom", fontsize=FONT)
+        ax.text(i + 0.5, 0.15, f"page {i}", ha="center", va="bottom", fontsize=FONT)
     ax.set_xlim(-2.6, max(width, 6) + 0.1)
     ax.set_ylim(-len(seq_ids) - 0.1, 0.7)
     _bare(ax)
-    ax.set_xlabel(f"logical block of each table ({bm.block_size} tokens each); "
-                  "label: physical block", fontsize=FONT)
+    ax.set_xlabel(f"columns: logical pages of each table ({bm.block_size} tokens each); "
+                  "box label: physical block", fontsize=FONT)
     ax.set_title(title or f"{len(seq_ids)} block tables, {bm.num_used_blocks} physical blocks in use",
                  fontsize=FONT + 1)
     _table_legend(fig)
