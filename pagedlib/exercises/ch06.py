@@ -337,3 +337,8 @@ predict_blocks_and_copies = Exercise(
     explanation="b and c each copy a's shared, half-full block (2 copies); a, its last holder, fills it "
                 "in place; d's and a's next tokens each start a new block (no copy): 6 blocks.",
 )
+
+# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
+# shows with "Correct".
+for _exercise in (fork_and_copy_on_write, predict_blocks_and_copies):
+    _exercise.why = _exercise.explanation

@@ -134,3 +134,8 @@ evicted_prefix = Exercise(
     explanation="C takes the two empty blocks and evicts A2 and A1 (A was freed tail first, so its "
                 "tail is least recently used); A0 survives: 4 tokens hit.",
 )
+
+# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
+# shows with "Correct".
+for _exercise in (hit_count, evicted_prefix):
+    _exercise.why = _exercise.explanation
