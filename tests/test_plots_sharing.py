@@ -154,3 +154,22 @@ def test_beam_tree_edges_never_cross():
         for a in pairs:
             for b in pairs:
                 assert (a[0] - b[0]) * (a[1] - b[1]) >= 0   # same order at both ends: no crossing
+
+
+def test_padded_vs_csr_shows_padding_and_offsets():
+    fig = plots.plot_padded_vs_csr([[10, 9], [1, 6, 4], [11]], [6, 11, 3], 4)
+    labels = texts(fig)
+    assert labels.count("0") == 3 + 1                    # three padding entries, indptr's first 0
+    assert {"2", "5", "6"} <= set(labels)                # the other offsets of indptr
+    assert [t for t in labels if t.startswith("last_page_len")] == ["last_page_len 2",
+                                                                     "last_page_len 3",
+                                                                     "last_page_len 3"]
+    assert "3 padding entries" in fig.axes[0].get_title() and readable(fig)
+    with pytest.raises(ValueError, match="without padding"):
+        plots.plot_padded_vs_csr([[10, 9, 0]], [6], 4)
+
+
+def test_padded_vs_csr_a_full_last_page_holds_page_size_tokens():
+    fig = plots.plot_padded_vs_csr([[3, 5], [7]], [8, 1], 4)
+    assert [t for t in texts(fig) if t.startswith("last_page_len")] == ["last_page_len 4",
+                                                                         "last_page_len 1"]

@@ -15,7 +15,7 @@ from matplotlib.patches import Patch, Rectangle
 from ..block_manager import BlockManager, block_hash
 from .style import COLORS, PADDING_HATCH
 
-__all__ = ["plot_page_mapping", "plot_shared_tables", "plot_beam_tree", "plot_hash_chains",
+__all__ = ["plot_page_mapping", "plot_padded_vs_csr", "plot_shared_tables", "plot_beam_tree", "plot_hash_chains",
            "pool_states", "plot_pool_snapshots"]
 
 FONT = 10                      # the smallest font any of these figures uses
@@ -89,6 +89,71 @@ def plot_page_mapping(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], 
     handles += [Patch(facecolor=COLORS["tail"], hatch=PADDING_HATCH, label="unused slot of a last page"),
                 Patch(facecolor=COLORS["free"], edgecolor="black", label="free block")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=FONT, frameon=False)
+    return fig
+
+
+def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int):
+    """The same block tables twice: padded with 0 into ``[num_seqs, max_blocks]`` (top) and as
+    FlashInfer's CSR arrays ``indptr``, ``indices`` and ``last_page_len`` (bottom).
+
+    Padding entries are grey and hatched; in the CSR row each sequence's pages are bracketed and
+    its ``indptr`` offsets are written at the brackets' edges.
+    """
+    if len(tables) != len(seq_lens):
+        raise ValueError(f"tables and seq_lens must have one entry per sequence; got {len(tables)} "
+                         f"and {len(seq_lens)}")
+    for s, (table, n) in enumerate(zip(tables, seq_lens)):
+        if len(table) != -(-n // block_size):
+            raise ValueError(f"tables[{s}] has {len(table)} pages but {n} tokens need "
+                             f"{-(-n // block_size)} of {block_size}; give each table without padding")
+    max_blocks = max(len(t) for t in tables)
+    indptr = [0]
+    for t in tables:
+        indptr.append(indptr[-1] + len(t))
+    last = [n - (len(t) - 1) * block_size for t, n in zip(tables, seq_lens)]
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(tables) + 3.2), layout="constrained")
+    top = 2.4                                              # the padded table's bottom edge
+    for s, table in enumerate(tables):
+        y = top + (len(tables) - 1 - s) * 0.8
+        colour = _SEQ_COLOURS[s % len(_SEQ_COLOURS)]
+        ax.text(-0.2, y + 0.35, f"seq {s} ({seq_lens[s]} tokens)", ha="right", va="center",
+                fontsize=FONT)
+        for p in range(max_blocks):
+            pad = p >= len(table)
+            ax.add_patch(Rectangle((p, y), 0.95, 0.7, facecolor=COLORS["free"] if pad else colour,
+                                   hatch=PADDING_HATCH if pad else None, edgecolor="black"))
+            ax.text(p + 0.475, y + 0.35, "0" if pad else str(table[p]), ha="center", va="center",
+                    fontsize=FONT, color="black" if pad else "white", fontweight="bold",
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none") if pad else None)
+    ax.text(max_blocks / 2, top + len(tables) * 0.8 + 0.05, "block_tables, padded with 0 "
+            f"[{len(tables)}, {max_blocks}]", ha="center", va="bottom", fontsize=FONT)
+    y = 0.6                                                # the CSR indices row
+    for s, table in enumerate(tables):
+        colour = _SEQ_COLOURS[s % len(_SEQ_COLOURS)]
+        for j, block in enumerate(table):
+            x = indptr[s] + j
+            ax.add_patch(Rectangle((x, y), 0.95, 0.7, facecolor=colour, edgecolor="black"))
+            ax.text(x + 0.475, y + 0.35, str(block), ha="center", va="center", fontsize=FONT,
+                    color="white", fontweight="bold")
+        ax.plot([indptr[s] + 0.02, indptr[s + 1] - 0.07], [y - 0.12] * 2, color=colour, lw=3)
+        ax.text((indptr[s] + indptr[s + 1]) / 2, y - 0.22, f"last_page_len {last[s]}",
+                ha="center", va="top", fontsize=FONT)
+    for s, offset in enumerate(indptr):
+        ax.text(offset - 0.025, y + 0.8, str(offset), ha="center", va="bottom", fontsize=FONT,
+                fontweight="bold")
+    ax.text(-0.2, y + 0.35, "indices", ha="right", va="center", fontsize=FONT)
+    ax.text(-0.2, y + 0.95, "indptr", ha="right", va="center", fontsize=FONT)
+    ax.set_xlim(-2.8, max(indptr[-1], max_blocks) + 0.3)
+    ax.set_ylim(-0.5, top + len(tables) * 0.8 + 0.5)
+    _bare(ax)
+    n_pad = len(tables) * max_blocks - indptr[-1]
+    ax.set_title(f"The same tables: padded ({n_pad} padding entries) or CSR (none)",
+                 fontsize=FONT + 1)
+    handles = [Patch(color=_SEQ_COLOURS[s % len(_SEQ_COLOURS)], label=f"pages of seq {s}")
+               for s in range(len(tables))]
+    handles.append(Patch(facecolor=COLORS["free"], hatch=PADDING_HATCH, edgecolor="black",
+                         label="padding, never read"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=FONT, frameon=False)
     return fig
 
 
