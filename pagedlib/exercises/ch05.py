@@ -1,4 +1,5 @@
-"""Chapter 5 exercises: slots, gathering K/V through a block table, FlashInfer's CSR page table.
+"""Chapter 5 exercises: slots, gathering K/V through a block table, FlashInfer's CSR page table, vLLM's
+legacy cache layout.
 
 Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
 to the Exercise built from it, so a notebook calls ``ex.slot_of.check(...)``.
@@ -20,13 +21,27 @@ slot_of = Exercise(
     slot_of,
     cases=[((7,), 0, 4), ((7,), 3, 4), ((7, 2), 4, 4), ((7, 2), 6, 4), ((3, 0, 5), 9, 4),
            ((5, 1, 8), 47, 16), ((5, 1, 8), 16, 16), ((0, 1, 2), 2, 1), ((9, 4), 5, 4)],
-    hints=["First find the token's logical page (`token // block_size`) and its offset inside that page "
-           "(`token % block_size`). The block table turns the logical page into a physical block.",
+    hints=["A slot numbers the cache's token rows from 0: block b's rows are slots b * block_size to "
+           "b * block_size + block_size - 1. The block table says which block holds a logical page.",
+           "First find the token's logical page (`token // block_size`) and its offset inside that page "
+           "(`token % block_size`); the block table turns the logical page into a physical block.",
            "`block_table[token // block_size] * block_size + token % block_size`."],
     wrong=[lambda bt, t, bs: bt[t // bs] + t % bs,
            lambda bt, t, bs: t // bs * bs + t % bs,
            lambda bt, t, bs: bt[t // bs] * bs + t // bs],
+    diagnose=lambda got, want, args: _diagnose_slot(got, *args),
+    explanation="The block table replaces the logical page by its physical block; the offset inside "
+                "the page does not change.",
 )
+
+
+def _diagnose_slot(got, block_table, token, block_size) -> str | None:
+    page, offset = token // block_size, token % block_size
+    if got == page * block_size + offset:
+        return "That is the token's position in a contiguous cache: look its page up in block_table."
+    if got == block_table[page] + offset:
+        return "A block id counts blocks, not slots: multiply it by block_size first."
+    return None
 
 
 def gather_keys(key_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -38,10 +53,15 @@ def gather_keys(key_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
 
 
 def _gather_cases() -> list[tuple]:
+    """Pages of 4 tokens (as in the chapter), then pages of 8: the block size is the cache's."""
     gen = torch.Generator().manual_seed(5)
-    cache = torch.randn(8, 4, 2, 3, generator=gen)        # [num_blocks=8, block_size=4, kv_heads=2, dim=3]
+    cache = torch.randn(8, 4, 2, 3, generator=gen)         # [num_blocks, block_size=4, kv_heads, dim]
     table = torch.tensor([6, 1, 3, 0], dtype=torch.int32)  # [max_blocks]
-    return [(cache, table, n) for n in (1, 4, 5, 11, 16)] + [(cache, torch.tensor([2], dtype=torch.int32), 3)]
+    cache8 = torch.randn(5, 8, 1, 2, generator=gen)        # [num_blocks, block_size=8, kv_heads, dim]
+    table8 = torch.tensor([4, 0, 2], dtype=torch.int32)
+    return ([(cache, table, n) for n in (1, 4, 5, 11, 16)]
+            + [(cache, torch.tensor([2], dtype=torch.int32), 3)]
+            + [(cache8, table8, n) for n in (3, 9, 24)])
 
 
 gather_keys = Exercise(
@@ -51,14 +71,35 @@ gather_keys = Exercise(
     "the sequence's `block_table` (an int32 tensor of block ids).",
     gather_keys,
     cases=_gather_cases(),
-    hints=["Token t is in block `block_table[t // block_size]` at row `t % block_size`. A loop over the "
+    hints=["Attention needs the sequence's keys in token order, wherever its pages sit; only the first "
+           "`ceil(seq_len / block_size)` entries of the block table belong to it.",
+           "Token t is in block `block_table[t // block_size]` at row `t % block_size`. A loop over the "
            "tokens with `torch.stack` works; so does gathering whole pages at once.",
-           "Whole pages: `pages = key_cache[block_table[:num_pages].long()]` is `[num_pages, block_size, "
-           "kv_heads, dim]`; `pages.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused "
-           "tail of the last page."],
+           "`block_size = key_cache.shape[1]`. Whole pages: `pages = "
+           "key_cache[block_table[:num_pages].long()]` is `[num_pages, block_size, kv_heads, dim]`; "
+           "`pages.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused tail of the "
+           "last page."],
     wrong=[lambda cache, table, n: cache.flatten(0, 1)[:n],
            lambda cache, table, n: cache[table.long()].flatten(0, 1)],
+    diagnose=lambda got, want, args: _diagnose_gather(got, want, args[0].shape[1]),
+    explanation="Indexing the cache with the used block ids puts the pages in logical order; flattening "
+                "them and cutting at seq_len drops the unused tail of the last page.",
 )
+
+
+def _diagnose_gather(got, want, block_size: int) -> str | None:
+    if not isinstance(got, torch.Tensor):
+        return None
+    if block_size != 4 and got.shape[1:] == want.shape[1:]:
+        return (f"this cache has pages of {block_size} tokens: take the block size from "
+                "key_cache.shape[1], not from the chapter's BLOCK_SIZE.")
+    if got.shape[1:] == want.shape[1:] and got.shape[0] > want.shape[0]:
+        return (f"{got.shape[0]} rows where the sequence has {want.shape[0]} tokens: cut off the "
+                "unused tail of the last page (and the padding entries of the table).")
+    if got.shape != want.shape:
+        return (f"expected shape {list(want.shape)} ([seq_len, num_kv_heads, head_dim]); "
+                f"got {list(got.shape)}.")
+    return "Right shape, wrong rows: read the pages in the order the block table gives them."
 
 
 def block_table_to_csr(block_tables: tuple, seq_lens: tuple, page_size: int) -> tuple:
@@ -95,11 +136,18 @@ block_table_to_csr = Exercise(
            (((4, 0, 0), (1, 2, 3), (6, 0, 0)), (16, 48, 17), 16),
            (((0,), (1,), (2,)), (1, 1, 1), 1)],
     compare=_compare_csr,
-    hints=["`indices` lists every sequence's used pages end to end (leave the padding out); `indptr[s]` "
+    diagnose=lambda got, want, args: _diagnose_csr(_as_lists(got), want, args[2]),
+    explanation="indices drops the padding, indptr marks where each sequence's pages start, and "
+                "last_page_len is 1 to page_size, so a length is page_size * (pages - 1) + last_page_len.",
+    hints=["CSR stores a ragged table as one flat list plus offsets: no padding, and one more offset "
+           "than there are rows.",
+           "`indices` lists every sequence's used pages end to end (leave the padding out); `indptr[s]` "
            "and `indptr[s + 1]` say where sequence s's pages start and stop, so `indptr` starts at 0 and "
            "has one more entry than there are sequences.",
            "A sequence of n tokens uses `pages = ceil(n / page_size)` pages; its last page holds "
-           "`n - (pages - 1) * page_size` tokens, between 1 and page_size (never 0)."],
+           "`n - (pages - 1) * page_size` tokens, between 1 and page_size (never 0): `indices += "
+           "row[:pages]`, `indptr.append(indptr[-1] + pages)`, `last_page_len.append(n - (pages - 1) * "
+           "page_size)`."],
     wrong=[lambda bt, lens, p: ([0] + [sum(-(-n // p) for n in lens[:i + 1]) for i in range(len(lens))],
                                 [b for row, n in zip(bt, lens) for b in row[:-(-n // p)]],
                                 [n % p for n in lens]),
@@ -107,3 +155,119 @@ block_table_to_csr = Exercise(
                                 [b for row in bt for b in row],
                                 [n - (-(-n // p) - 1) * p for n in lens])],
 )
+
+
+def _diagnose_csr(got, want, page_size: int) -> str | None:
+    """Name the usual CSR mistakes: a 0 for a full last page, padding left in, indptr not from 0."""
+    if not (isinstance(got, list) and len(got) == 3 and all(isinstance(g, list) for g in got)):
+        return "return three lists: (indptr, indices, last_page_len)."
+    indptr, indices, last = got
+    if len(last) == len(want[2]) and any(g == 0 and w == page_size for g, w in zip(last, want[2])):
+        return ("last_page_len has a 0 where the last page is full: `n % page_size` is 0 for a full "
+                "page, but a full last page holds page_size tokens (last_page_len is 1 to page_size).")
+    if len(indices) > len(want[1]):
+        return "indices is longer than the pages in use: leave the padding entries of each row out."
+    if len(indptr) != len(want[0]) or (indptr and indptr[0] != 0):
+        return "indptr starts at 0 and has one more entry than there are sequences."
+    return None
+
+
+# ---- a prediction: the CSR arrays of a batch ----------------------------------------------------
+
+PREDICT_SEQ_LENS = (8, 5, 12, 1)     # tokens of four sequences
+PREDICT_PAGE_SIZE = 4
+
+
+def _predicted_csr() -> tuple[list[int], list[int]]:
+    indptr, _, last = block_table_to_csr.reference([(0,) * 3] * len(PREDICT_SEQ_LENS), PREDICT_SEQ_LENS,
+                                         PREDICT_PAGE_SIZE)
+    return indptr, last
+
+
+def _diagnose_predict_csr(got, want) -> str | None:
+    if not (isinstance(got, (list, tuple)) and len(got) == 2):
+        return "give a pair: (indptr, last_page_len), two lists."
+    indptr, last = (list(g) if isinstance(g, (list, tuple)) else g for g in got)
+    if isinstance(last, list) and any(g == 0 for g in last):
+        return ("a last_page_len of 0? `n % page_size` is 0 for a full page, but a full last page "
+                "holds page_size tokens.")
+    if isinstance(indptr, list) and (len(indptr) != len(want[0]) or indptr[:1] != [0]):
+        return f"indptr starts at 0 and has {len(want[0])} entries: one more than the sequences."
+    if isinstance(indptr, list) and indptr and indptr[-1] == sum(PREDICT_SEQ_LENS):
+        return "indptr counts pages, not tokens."
+    return None
+
+
+predict_csr = Exercise(
+    "ch05.predict_csr",
+    f"Four sequences of {', '.join(map(str, PREDICT_SEQ_LENS))} tokens, pages of {PREDICT_PAGE_SIZE} "
+    "tokens. Before running any code, write down FlashInfer's `indptr` and `last_page_len` for them: "
+    "answer `(indptr, last_page_len)`.",
+    _predicted_csr(),
+    diagnose=_diagnose_predict_csr,
+    hints=["indptr is a running total of pages, starting at 0; last_page_len says how full each "
+           "sequence's last page is.",
+           "Count each sequence's pages, ceil(n / 4), then add them up one by one for indptr.",
+           "A sequence of n tokens: pages = ceil(n / 4); last_page_len = n - 4 * (pages - 1), which is 4 "
+           "(not 0) when n is a multiple of 4."],
+    wrong=[([0, 2, 4, 7, 8], [0, 1, 0, 1]), ([2, 4, 7, 8], [4, 1, 4, 1]), ([0, 8, 13, 25, 26], [4, 1, 4, 1])],
+    explanation="Pages 2, 2, 3, 1 give indptr 0, 2, 4, 7, 8; the 8- and 12-token sequences end on full "
+                "pages, so their last_page_len is 4.",
+)
+
+
+# ---- vLLM's legacy cache layout -------------------------------------------------------------------
+
+def legacy_key_to_nhd(key_cache_legacy: torch.Tensor) -> torch.Tensor:
+    """vLLM's legacy key cache ``[num_blocks, num_kv_heads, head_dim // x, block_size, x]`` in this
+    course's layout ``[num_blocks, block_size, num_kv_heads, head_dim]``."""
+    num_blocks, kv_heads, dim_over_x, block_size, x = key_cache_legacy.shape
+    nhd = key_cache_legacy.permute(0, 3, 1, 2, 4)     # [num_blocks, block_size, kv_heads, dim/x, x]
+    return nhd.reshape(num_blocks, block_size, kv_heads, dim_over_x * x)
+
+
+def _legacy_cases() -> list[tuple]:
+    gen = torch.Generator().manual_seed(7)
+    shapes = [(3, 2, 2, 4, 4), (2, 1, 4, 8, 4), (5, 3, 1, 2, 8), (1, 4, 2, 16, 8)]
+    return [(torch.randn(*shape, generator=gen),) for shape in shapes]
+
+
+def _diagnose_legacy(got, want, args) -> str | None:
+    (legacy,) = args
+    if not isinstance(got, torch.Tensor):
+        return "return a tensor."
+    if got.shape != want.shape:
+        return (f"expected shape {list(want.shape)} ([num_blocks, block_size, num_kv_heads, "
+                f"head_dim]); got {list(got.shape)}.")
+    if torch.equal(got, legacy.reshape(want.shape)):
+        return ("a reshape alone keeps the elements in their memory order: move the block_size "
+                "axis next to num_blocks with a permute first.")
+    return ("Right shape, wrong order: keep each element's (block, slot, head) and rebuild head_dim "
+            "as (head_dim // x) * x, the x axis fastest.")
+
+
+legacy_key_to_nhd = Exercise(
+    "ch05.legacy_key_to_nhd",
+    "vLLM's legacy CUDA kernel stored keys as `[num_blocks, num_kv_heads, head_dim // x, block_size, "
+    "x]`. Convert such a key cache to this course's layout `[num_blocks, block_size, num_kv_heads, "
+    "head_dim]`.",
+    legacy_key_to_nhd,
+    cases=_legacy_cases(),
+    diagnose=_diagnose_legacy,
+    hints=["The same numbers, another order: the slot axis (block_size) must come right after the "
+           "block axis, and head_dim is split in two axes, head_dim // x then x.",
+           "Reorder the axes with `permute` to [num_blocks, block_size, num_kv_heads, head_dim // x, x], "
+           "then merge the last two with `reshape`.",
+           "`key_cache_legacy.permute(0, 3, 1, 2, 4).reshape(num_blocks, block_size, num_kv_heads, "
+           "head_dim)`."],
+    wrong=[lambda c: c.reshape(c.shape[0], c.shape[3], c.shape[1], c.shape[2] * c.shape[4]),
+           lambda c: c.permute(0, 3, 1, 4, 2).reshape(c.shape[0], c.shape[3], c.shape[1],
+                                                      c.shape[2] * c.shape[4])],
+    explanation="Element (block, slot, head, d) sits at [block, head, d // x, slot, d % x] in the "
+                "legacy layout; the permute puts slot before head and the reshape joins d // x and d % x.",
+)
+
+# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
+# shows with "Correct".
+for _exercise in (slot_of, gather_keys, block_table_to_csr, predict_csr, legacy_key_to_nhd):
+    _exercise.why = _exercise.explanation

@@ -1,11 +1,12 @@
-"""Chapter 6 exercises: fork and copy-on-write on a tiny pool.
+"""Chapter 6 exercises: fork and copy-on-write on a tiny pool, and a prediction of blocks and copies.
 
 ``fork_and_copy_on_write`` is checked by *replaying scripts*: each case is a list of operations
 (``allocate``, ``fork``, ``append``, ``free``) run on the learner's pool class and on the reference
 pool, while a shadow K/V store records every token at the slot the block table gives it and applies
 the copies ``append`` returns. Block ids are never compared, so any free-list order is accepted; what
 is compared is what matters: every live sequence reads back its own tokens, the ref counts match the
-tables, and no more blocks are in use, and no more copies made, than sharing needs.
+tables, and no more blocks are in use, and no more copies made, than sharing needs. A fork that makes
+the child's table the *same list* as the parent's (an alias, not a copy) is caught by name.
 """
 from __future__ import annotations
 
@@ -111,19 +112,31 @@ class _ForgetsRefCountsPool(SharingPool):
         self.lens[child] = self.lens[parent]
 
 
+class _AliasingPool(SharingPool):
+    """Wrong: the child's table is the parent's list itself, so a later append changes both."""
+
+    def fork(self, parent, child):
+        self.tables[child] = self.tables[parent]
+        self.lens[child] = self.lens[parent]
+        for block in self.tables[child]:
+            self.ref[block] += 1
+
+
 def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
     """Run ``script`` on ``pool_class(num_blocks, block_size)`` with a shadow K/V store; return the outcome.
 
     Every token a sequence writes is a new number stored at the slot its block table gives; the
     copies ``append`` returns are applied first. The outcome counts the live sequences that read back
     exactly their own tokens, the blocks in use, the copies made, and whether every ref count equals
-    the number of tables holding the block.
+    the number of tables holding the block, and whether a fork left two sequences sharing one list
+    object as their table (an alias).
     """
     pool = pool_class(num_blocks, block_size)
     kv: dict[int, list] = {}        # block -> the token stored in each of its slots
     written: dict = {}              # seq -> the tokens it wrote, in order
     fresh = count(100)
     copies = 0
+    aliased = False
 
     def write(seq, position, token):
         block = pool.tables[seq][position // block_size]
@@ -139,6 +152,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
         elif op == "fork":
             parent, child = args
             pool.fork(parent, child)
+            aliased = aliased or pool.tables.get(child) is pool.tables.get(parent)
             written[child] = list(written[parent])
         elif op == "append":
             (seq,) = args
@@ -160,6 +174,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
         "blocks in use": sum(1 for r in pool.ref if r > 0),
         "copies": copies,
         "ref counts match tables": _ref_counts_match(pool),
+        "aliased tables": aliased,
     }
 
 
@@ -185,7 +200,14 @@ def _describe(script) -> str:
     return "; ".join(f"{op}({', '.join(repr(a) for a in args)})" for op, *args in script)
 
 
+ALIAS_MESSAGE = ("fork made the child's table the same list as the parent's "
+                 "(`tables[child] = tables[parent]`), so a later append changes both: give the child "
+                 "its own copy, `list(self.tables[parent])`.")
+
+
 def _diagnose_pool(got: dict, expected: dict) -> str:
+    if got["aliased tables"]:
+        return ALIAS_MESSAGE
     if got["read back their own tokens"] != got["sequences"]:
         return ("a sequence no longer reads back its own tokens: a token was written into a block that "
                 "another sequence still uses (is a shared, partly filled block copied before the write, "
@@ -234,6 +256,8 @@ class PoolExercise(Exercise):
                 return INCORRECT, f"the script ran for more than {self.timeout:g} s {where}."
             except Exception as exc:  # noqa: BLE001 - reported to the learner
                 return INCORRECT, f"your pool raised {type(exc).__name__}: {exc} {where}."
+            if got["aliased tables"]:
+                return INCORRECT, ALIAS_MESSAGE
             if got != expected:
                 return INCORRECT, f"{where}: {_diagnose_pool(got, expected)}"
         return CORRECT, ""
@@ -256,8 +280,65 @@ fork_and_copy_on_write = PoolExercise(
            "shared and partly filled (copy on write), or neither (write in place).",
            "Copy on write: take a new block `dst`, release the old one `src` (others still hold it), "
            "put `dst` in the table, and return `[(src, dst)]`. Remember to count the new token."],
-    wrong=[_NoCopyPool, _CopyAlwaysPool, _ForgetsRefCountsPool],
+    wrong=[_NoCopyPool, _CopyAlwaysPool, _ForgetsRefCountsPool, _AliasingPool],
     explanation="A full block never changes again, so it stays shared; only the partly filled last "
                 "block of a sequence can be written, and it is copied only while someone else holds it.",
 )
 
+
+
+# ---- exercise 2: predict the blocks and copies of a script ----------------------------------------
+
+PREDICT_BLOCK_SIZE = 4
+PREDICT_SCRIPT = [("allocate", "a", 6), ("fork", "a", "b"), ("fork", "a", "c"),
+                  ("append", "b"), ("append", "c"), ("append", "a"), ("append", "a"),
+                  ("fork", "a", "d"), ("append", "d"), ("append", "a")]
+
+
+def _predicted() -> tuple[int, int]:
+    outcome = replay(SharingPool, 32, PREDICT_BLOCK_SIZE, PREDICT_SCRIPT)
+    return outcome["blocks in use"], outcome["copies"]
+
+
+def _diagnose_predict(got, want) -> str | None:
+    if not (isinstance(got, (list, tuple)) and len(got) == 2):
+        return "give a pair: (blocks in use, copies made)."
+    blocks, copies = got
+    appends = sum(op == "append" for op, *_ in PREDICT_SCRIPT)
+    if copies == appends:
+        return "Not every append copies: only a write into a shared, partly filled block does."
+    if copies > want[1]:
+        return ("Too many copies: the last holder of a block writes in place, and a full block is "
+                "never copied (a new block is simply added).")
+    if copies < want[1]:
+        return "Too few copies: each sequence that writes into a block others still hold needs one."
+    if blocks != want[0]:
+        return ("The copies are right, the blocks are not: count every block some table holds, once, "
+                "however many tables hold it.")
+    return None
+
+
+predict_blocks_and_copies = Exercise(
+    "ch06.predict_blocks_and_copies",
+    "Block size 4. Run in your head: allocate a with 6 tokens; fork a into b; fork a into c; append "
+    "one token to b, one to c, two to a; fork a into d; append one token to d, then one to a. How "
+    "many blocks are in use at the end, and how many copy-on-write copies were made? Answer "
+    "`(blocks, copies)`.",
+    _predicted(),
+    diagnose=_diagnose_predict,
+    hints=["Only the partly filled last block of a sequence can be written; it needs a copy while "
+           "another table still holds it, and no copy once the writer is its only holder.",
+           "Track the ref count of a's second block (tokens 4-7) through the script; then ask what "
+           "a fork shares when the parent's last block is full, and what the next append needs.",
+           "After the forks the second block is held 3 times; b and c each copy it; a, its last "
+           "holder, fills it in place. d and a then share only full blocks: each one's next token "
+           "starts a new block."],
+    wrong=[(6, 3), (7, 2), (5, 2), (6, 6)],
+    explanation="b and c each copy a's shared, half-full block (2 copies); a, its last holder, fills it "
+                "in place; d's and a's next tokens each start a new block (no copy): 6 blocks.",
+)
+
+# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
+# shows with "Correct".
+for _exercise in (fork_and_copy_on_write, predict_blocks_and_copies):
+    _exercise.why = _exercise.explanation

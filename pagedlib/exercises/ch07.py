@@ -37,29 +37,105 @@ def prefix_cache_hits(prompts: list[list[int]], block_size: int) -> list[int]:
     return hits
 
 
+_WHY = {   # what each prompt of the mix tests, for a targeted message when its count is wrong
+    2: "an exact repeat still recomputes its last prompt token, so its last block cannot be a hit",
+    3: "a prefix of earlier prompts hits its full blocks, at most (len - 1) // 4 of them",
+    4: "a prompt shorter than one block has no full block, so nothing to find",
+    5: "shifted by one token, every block holds other tokens after another prefix: no name matches",
+    6: "hits run over every leading full block an earlier prompt had, up to (len - 1) // 4 blocks",
+}
+
+
 def _diagnose_hits(answer, expected) -> str | None:
-    if answer == expected // BLOCK_SIZE:
-        return "That looks like a count of blocks: the question asks for tokens."
-    if answer % BLOCK_SIZE:
-        return (f"Hits come in whole blocks of {BLOCK_SIZE} tokens: a block that only partly "
-                "matches is never a hit.")
-    if answer > expected:
-        return ("Too many: can a prompt get *all* its tokens from the cache? And does a block hit "
-                "when its tokens sit at a different position?")
-    return "Too few: a prompt hits every leading full block that an earlier prompt also had."
+    if len(answer) != len(expected):
+        return f"give one number per prompt: {len(expected)} numbers, in the order of PROMPT_MIX."
+    if [a * BLOCK_SIZE for a in answer] == list(expected):
+        return "Those look like counts of blocks: the question asks for tokens."
+    for i, (a, e) in enumerate(zip(answer, expected)):
+        if a == e:
+            continue
+        if a % BLOCK_SIZE:
+            return (f"prompt {i + 1}: hits come in whole blocks of {BLOCK_SIZE} tokens; a block that "
+                    "only partly matches is never a hit.")
+        if i == 0:
+            return "prompt 1: the cache starts empty."
+        return f"prompt {i + 1} is off: {_WHY.get(i, 'compare with the blocks earlier prompts left')}."
+    return None
 
 
 hit_count = Exercise(
     "ch07.hit_count",
     "Block size 4, prefix caching on, the prompts of PROMPT_MIX allocated one after another (nothing "
-    "evicted). How many prompt tokens are served from the cache in total?",
-    sum(prefix_cache_hits(PROMPT_MIX, BLOCK_SIZE)),
+    "evicted). How many prompt tokens does each prompt get from the cache? Answer a list of seven "
+    "numbers, one per prompt.",
+    prefix_cache_hits(PROMPT_MIX, BLOCK_SIZE),
     diagnose=_diagnose_hits,
     hints=["Only full blocks of 4 tokens are cached, and a block's name depends on every token "
-           "before it, so hits always start at the first block.",
-           "A prompt never gets its last token from the cache: at most (len - 1) // 4 blocks hit.",
-           "Go prompt by prompt, writing down which full blocks the cache holds after each one."],
-    wrong=[36, 8, 35],
+           "before it, so hits always start at the first block and stop at the first miss.",
+           "A prompt never gets its last token from the cache: at most (len - 1) // 4 blocks hit. "
+           "Go prompt by prompt, writing down which full blocks the cache holds after each one.",
+           "Prompt 1 finds an empty cache; prompt 2 shares 10 tokens with it, so 2 full blocks; "
+           "prompt 3 repeats prompt 1 but must recompute its last token."],
+    wrong=[[0, 8, 12, 4, 0, 0, 12], [0, 2, 2, 1, 0, 0, 3], [0, 8, 8, 4, 0, 8, 12],
+           [0, 8, 8, 4, 3, 0, 12], [0, 10, 11, 5, 2, 0, 14]],
     explanation="Per prompt: 0, 8, 8 (the repeat recomputes its last block), 4, 0 (shorter than a "
                 "block), 0 (shifted: every block name differs), 12.",
 )
+
+
+# ---- exercise 2: which prefix survives eviction ---------------------------------------------------
+
+EVICT_POOL_BLOCKS, EVICT_BLOCK_SIZE = 8, 4
+EVICT_REQUESTS = {"A": list(range(100, 113)), "B": list(range(200, 213)), "C": list(range(300, 316))}
+
+
+def evict_replay() -> dict[str, int]:
+    """A and B (13 tokens) run and finish, C (16 tokens) runs, then A comes back: tokens each hits."""
+    from ..block_manager import BlockManager
+    bm = BlockManager(EVICT_POOL_BLOCKS, EVICT_BLOCK_SIZE, enable_prefix_caching=True)
+    hits = {}
+    for name, free_after in (("A", True), ("B", True), ("C", False)):
+        hits[name] = bm.allocate(name, EVICT_REQUESTS[name])
+        if free_after:
+            bm.free(name)
+    hits["A again"] = bm.allocate("A again", EVICT_REQUESTS["A"])
+    return hits
+
+
+def _diagnose_evict(answer, expected) -> str | None:
+    full = (len(EVICT_REQUESTS["A"]) - 1) // EVICT_BLOCK_SIZE * EVICT_BLOCK_SIZE
+    if answer == full:
+        return ("Not all of A's cached blocks can have survived: C needed more blocks than the empty "
+                "ones left, so cached blocks were evicted. Whose, and which end of A first?")
+    if answer == full - EVICT_BLOCK_SIZE:
+        return ("C evicted two cached blocks, not one: which two were the least recently used?")
+    if answer == 0:
+        return ("A's blocks were freed tail first, so its tail is the least recently used end: does "
+                "C's eviction reach A's first block?")
+    if answer % EVICT_BLOCK_SIZE:
+        return "hits come in whole blocks: a block that only partly matches is never a hit."
+    return None
+
+
+evicted_prefix = Exercise(
+    "ch07.evicted_prefix",
+    "A pool of 8 blocks of 4 tokens, prefix caching on. A and B (13 tokens each) run and finish; "
+    "then C (16 tokens, nothing in common) runs; then A comes back. How many of A's tokens hit "
+    "the cache the second time?",
+    evict_replay()["A again"],
+    diagnose=_diagnose_evict,
+    hints=["A freed block keeps its name until the pool hands it out again; this manager hands out "
+           "empty blocks first, then cached ones, least recently used first.",
+           "Count the empty blocks C can take, then how many cached ones it must evict, and in which "
+           "order a finished request's blocks were freed.",
+           "A's and B's partly filled last blocks have no name, so they are empty again; C evicts two "
+           "cached blocks, and A's tail was freed before its head."],
+    wrong=[0, 12, 8],
+    explanation="C takes the two empty blocks and evicts A2 and A1 (A was freed tail first, so its "
+                "tail is least recently used); A0 survives: 4 tokens hit.",
+)
+
+# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
+# shows with "Correct".
+for _exercise in (hit_count, evicted_prefix):
+    _exercise.why = _exercise.explanation

@@ -1,0 +1,175 @@
+"""Figures of chapters 5-7: each draws what its data says, with a title, a legend and readable fonts."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import pagedlib  # noqa: E402
+from pagedlib import plots  # noqa: E402
+from pagedlib.plots.style import COLORS  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def patches_of(fig, colour) -> list:
+    rgb = matplotlib.colors.to_rgba(colour)[:3]
+    return [p for ax in fig.axes for p in ax.patches if p.get_facecolor()[:3] == rgb and p.get_fill()]
+
+
+def readable(fig) -> bool:
+    """A legend, every label, legend entry and visible tick label at 10 pt or more, 8-9.5 in wide."""
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for ax in fig.axes for t in ax.texts]
+    sizes += [t.get_fontsize() for leg in fig.legends for t in leg.get_texts()]
+    sizes += [t.get_fontsize() for ax in fig.axes
+              for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_visible() and t.get_text()]
+    sizes += [ax.xaxis.label.get_fontsize() for ax in fig.axes if ax.get_xlabel()]
+    return bool(fig.legends) and min(sizes) >= 10 and 8 <= fig.get_figwidth() <= 9.5
+
+
+def forked(n_children=3, tokens=10, block_size=4):
+    bm = pagedlib.BlockManager(num_blocks=12, block_size=block_size)
+    bm.allocate("s0", list(range(tokens)))
+    for i in range(1, n_children + 1):
+        bm.fork("s0", f"s{i}")
+    return bm
+
+
+def test_page_mapping_labels_every_used_block_with_its_owner():
+    fig = plots.plot_page_mapping([[10, 9], [1, 6, 4], [11]], [6, 11, 3], 12, 4)
+    labels = texts(fig)
+    assert {"s0 p0", "s0 p1", "s1 p0", "s1 p1", "s1 p2", "s2 p0"} <= set(labels)
+    assert "p1 → 9" in labels and "p2 → 4" in labels
+    assert len(patches_of(fig, COLORS["free"])) == 12 - 6
+    assert fig.axes[0].get_title() and readable(fig)
+
+
+def test_page_mapping_refuses_a_block_outside_the_pool():
+    with pytest.raises(ValueError, match=r"tables\[0\]\[1\] = 12"):
+        plots.plot_page_mapping([[0, 12]], [5], 12, 4)
+    with pytest.raises(ValueError, match="one entry per sequence"):
+        plots.plot_page_mapping([[0]], [5, 3], 12, 4)
+
+
+def test_shared_tables_draw_a_shared_block_once_across_its_rows():
+    bm = forked()
+    fig = plots.plot_shared_tables(bm, ["s0", "s1", "s2", "s3"])
+    green = patches_of(fig, COLORS["shared"])
+    assert len(green) == 3                              # blocks 0, 1, 2: one box each, 4 rows tall
+    assert all(p.get_height() > 3 for p in green)
+    assert sum(label.endswith("×4") for label in texts(fig)) == 3
+    for seq, token in (("s1", 1), ("s2", 2), ("s3", 3), ("s0", 0)):
+        bm.append(seq, token)                           # block 2 is copied three times
+    fig = plots.plot_shared_tables(bm, ["s0", "s1", "s2", "s3"])
+    assert len(patches_of(fig, COLORS["shared"])) == 2
+    assert len(patches_of(fig, COLORS["kv"])) == 4      # s0's block 2 and the three copies
+    assert "6 physical blocks" in fig.axes[0].get_title() and readable(fig)
+
+
+def test_shared_tables_refuse_no_sequences():
+    with pytest.raises(ValueError, match="seq_ids is empty"):
+        plots.plot_shared_tables(pagedlib.BlockManager(4, 4), [])
+
+
+def beam_run(parents, prompt_len=6, block_size=4):
+    bm = pagedlib.BlockManager(num_blocks=64, block_size=block_size)
+    bm.allocate("p", list(range(prompt_len)))
+    beams = ["p"]
+    for t, step in enumerate(parents, 1):
+        new = [f"{t}.{j}" for j in range(len(step))]
+        for p, child in zip(step, new):
+            bm.fork(beams[p], child)
+        for old in beams:
+            bm.free(old)
+        for child in new:
+            bm.append(child, 100 * t)
+        beams = new
+    return bm, beams
+
+
+def test_beam_tree_colours_the_lines_of_the_final_beams_and_greys_the_dead():
+    parents = [[0, 0], [0, 0], [1, 1]]   # step 2: beam 0 of step 2 dies; both finals descend from 1
+    bm, beams = beam_run(parents)
+    fig = plots.plot_beam_tree(parents, bm, beams, prompt_len=6)
+    top = fig.axes[0]
+    grey = matplotlib.colors.to_rgba(COLORS["external"])[:3]
+    blue = matplotlib.colors.to_rgba(COLORS["kv"])[:3]
+    edges = [ln for ln in top.lines if ln.get_linestyle() == "-"]   # not the dotted boundaries
+    colours = [matplotlib.colors.to_rgba(ln.get_color())[:3] for ln in edges]
+    assert len(edges) == 6 and colours.count(grey) == 2 and colours.count(blue) == 4
+    assert len(fig.axes) == 2 and readable(fig)
+    assert ["beam 0", "beam 1"] == [t for t in texts(fig) if t.startswith("beam ")]
+
+
+def test_beam_tree_refuses_parents_that_would_cross():
+    bm, beams = beam_run([[0, 0], [1, 0]])
+    with pytest.raises(ValueError, match=r"parents\[1\] = \[1, 0\] must be sorted"):
+        plots.plot_beam_tree([[0, 0], [1, 0]], bm, beams, prompt_len=6)
+    with pytest.raises(ValueError, match="outside 0..0"):
+        plots.plot_beam_tree([[1, 1]], bm, beams, prompt_len=6)
+
+
+def test_hash_chains_mark_names_seen_before():
+    system = [7, 7, 3, 9, 1, 4, 4, 2]
+    prompts = {"A": system + [11], "B": system + [21, 22, 23, 24], "C": [0] + system}
+    fig = plots.plot_hash_chains(prompts, 4)
+    assert len(patches_of(fig, COLORS["shared"])) == 2       # B's first two blocks
+    assert len(patches_of(fig, COLORS["kv"])) == 2 + 1 + 2   # A's 2, B's third, C's 2
+    assert texts(fig).count("no name") == 2 and readable(fig)
+
+
+def test_pool_snapshots_show_each_state():
+    bm = pagedlib.BlockManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3])
+    used = plots.pool_states(bm)
+    bm.free("a")
+    freed = plots.pool_states(bm)
+    assert used == ["in use", "in use", "empty", "empty"] and freed == ["cached", "empty", "empty", "empty"]
+    fig = plots.plot_pool_snapshots([("a", used, ["a0", "a1", "", ""]), ("free", freed, ["a0", "a1", "", ""])])
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "free"]
+    assert "a1" in texts(fig) and texts(fig).count("a0") == 2 and readable(fig)
+    with pytest.raises(ValueError, match="unknown state"):
+        plots.plot_pool_snapshots([("x", ["busy"] * 4, [""] * 4)])
+
+
+def test_beam_tree_edges_never_cross():
+    parents = [[0, 0, 0], [0, 1, 1], [0, 0, 2], [1, 2, 2]]
+    bm, beams = beam_run(parents)
+    top = plots.plot_beam_tree(parents, bm, beams, prompt_len=6).axes[0]
+    edges = [ln.get_xydata() for ln in top.lines if ln.get_linestyle() == "-"]
+    by_step: dict[float, list] = {}
+    for (x0, y0), (x1, y1) in edges:
+        by_step.setdefault(x1, []).append((y0, y1))
+    assert len(by_step) == len(parents)
+    for pairs in by_step.values():
+        for a in pairs:
+            for b in pairs:
+                assert (a[0] - b[0]) * (a[1] - b[1]) >= 0   # same order at both ends: no crossing
+
+
+def test_padded_vs_csr_shows_padding_and_offsets():
+    fig = plots.plot_padded_vs_csr([[10, 9], [1, 6, 4], [11]], [6, 11, 3], 4)
+    labels = texts(fig)
+    assert labels.count("0") == 3 + 1                    # three padding entries, indptr's first 0
+    assert {"2", "5", "6"} <= set(labels)                # the other offsets of indptr
+    assert [t for t in labels if t.startswith("last_page_len")] == ["last_page_len 2",
+                                                                     "last_page_len 3",
+                                                                     "last_page_len 3"]
+    assert "3 padding entries" in fig.axes[0].get_title() and readable(fig)
+    with pytest.raises(ValueError, match="without padding"):
+        plots.plot_padded_vs_csr([[10, 9, 0]], [6], 4)
+
+
+def test_padded_vs_csr_a_full_last_page_holds_page_size_tokens():
+    fig = plots.plot_padded_vs_csr([[3, 5], [7]], [8, 1], 4)
+    assert [t for t in texts(fig) if t.startswith("last_page_len")] == ["last_page_len 4",
+                                                                         "last_page_len 1"]
