@@ -31,10 +31,11 @@ def load_page_kernel(out, key_cache, block_table, seq_len, page, kv_head,
                      BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
     offsets = tl.arange(0, BLOCK_SIZE)                  # [BLOCK_SIZE] rows of the page
     dims = tl.arange(0, HEAD_DIM)                       # [HEAD_DIM]
-    block = tl.load(block_table + page)                 # 1. the physical block of this page
-    valid = page * BLOCK_SIZE + offsets < seq_len       # 2. rows that hold tokens of the sequence
-    rows = block * stride_block + offsets * stride_token + kv_head * stride_head   # 3. row starts
-    keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+    block = tl.load(block_table + page)                 # 1. the page's physical block
+    valid = page * BLOCK_SIZE + offsets < seq_len       # 2. rows holding tokens
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head  # 3.
+    ptrs = rows[:, None] + dims[None, :]
+    keys = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
     tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
 
 
@@ -98,8 +99,9 @@ def _load_page_unmasked(out, key_cache, block_table, seq_len, page, kv_head,
     dims = tl.arange(0, HEAD_DIM)
     block = tl.load(block_table + page)
     rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
     tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :],
-             tl.load(key_cache + rows[:, None] + dims[None, :]))       # no mask: reads NaN slots
+             tl.load(key_cache + ptrs))                 # no mask: reads NaN slots
 
 
 @triton.jit
@@ -109,8 +111,9 @@ def _load_page_no_table(out, key_cache, block_table, seq_len, page, kv_head,
     offsets = tl.arange(0, BLOCK_SIZE)
     dims = tl.arange(0, HEAD_DIM)
     valid = page * BLOCK_SIZE + offsets < seq_len
-    rows = page * stride_block + offsets * stride_token + kv_head * stride_head   # block = page
-    keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+    rows = page * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
+    keys = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
     tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
 
 
@@ -130,7 +133,7 @@ load_page = KernelExercise(
            "row's position `page * BLOCK_SIZE + offsets`; build one pointer per row and per dim from "
            "the three strides, then `tl.load(..., mask=..., other=0.0)`.",
            "`rows = block * stride_block + offsets * stride_token + kv_head * stride_head`, then "
-           "`tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)`."],
+           "`tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)`."],
     wrong=[_load_page_unmasked, _load_page_no_table],
     explanation="The block table turns the logical page into a block; the mask keeps every load "
                 "inside the tokens the sequence owns.",
@@ -139,8 +142,8 @@ load_page = KernelExercise(
 
 # ---- (b) the scores of one page ------------------------------------------------------------------
 @triton.jit
-def page_scores_kernel(out, query, key_cache, block_table, seq_len, page, kv_head, scale,
-                       stride_block, stride_token, stride_head,
+def page_scores_kernel(out, query, key_cache, block_table, seq_len, page, kv_head,
+                       scale, stride_block, stride_token, stride_head,
                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
     offsets = tl.arange(0, BLOCK_SIZE)                  # [BLOCK_SIZE]
     dims = tl.arange(0, HEAD_DIM)                       # [HEAD_DIM]
@@ -148,8 +151,9 @@ def page_scores_kernel(out, query, key_cache, block_table, seq_len, page, kv_hea
     block = tl.load(block_table + page)
     valid = page * BLOCK_SIZE + offsets < seq_len
     rows = block * stride_block + offsets * stride_token + kv_head * stride_head
-    k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale        # [BLOCK_SIZE] q . k * scale
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale        # [BLOCK_SIZE]
     tl.store(out + offsets, tl.where(valid, s, float("-inf")))
 
 
@@ -173,8 +177,8 @@ def _diagnose_scores(got: torch.Tensor, case: KernelCase) -> str | None:
 
 
 @triton.jit
-def _scores_zero_past_end(out, query, key_cache, block_table, seq_len, page, kv_head, scale,
-                          stride_block, stride_token, stride_head,
+def _scores_zero_past_end(out, query, key_cache, block_table, seq_len, page, kv_head,
+                          scale, stride_block, stride_token, stride_head,
                           BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
     offsets = tl.arange(0, BLOCK_SIZE)
     dims = tl.arange(0, HEAD_DIM)
@@ -182,8 +186,10 @@ def _scores_zero_past_end(out, query, key_cache, block_table, seq_len, page, kv_
     block = tl.load(block_table + page)
     valid = page * BLOCK_SIZE + offsets < seq_len
     rows = block * stride_block + offsets * stride_token + kv_head * stride_head
-    k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-    tl.store(out + offsets, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale)   # 0, not -inf
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+    tl.store(out + offsets, s)                          # 0 past the end, not -inf
 
 
 @triton.jit
@@ -196,7 +202,8 @@ def _scores_unscaled(out, query, key_cache, block_table, seq_len, page, kv_head,
     block = tl.load(block_table + page)
     valid = page * BLOCK_SIZE + offsets < seq_len
     rows = block * stride_block + offsets * stride_token + kv_head * stride_head
-    k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
     s = tl.sum(q[None, :] * k.to(tl.float32), axis=1)                # forgot * scale
     tl.store(out + offsets, tl.where(valid, s, float("-inf")))
 
@@ -237,13 +244,14 @@ def online_lse_kernel(out, query, key_cache, block_tables, seq_lens, kv_head, sc
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
         s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
         s = tl.where(valid, s, float("-inf"))                        # [BLOCK_SIZE]
         m_new = tl.maximum(m, tl.max(s, axis=0))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(s - m_new), axis=0)   # move l onto the new max
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(s - m_new), axis=0)   # onto new max
         m = m_new
-    tl.store(out + seq, m + tl.log(l))                  # log(sum of exp(score)) over the sequence
+    tl.store(out + seq, m + tl.log(l))                  # log(sum of exp(score))
 
 
 def _launch_online_lse(kernel, query, key_cache, block_tables, seq_lens, kv_head):
@@ -297,10 +305,12 @@ def _lse_no_rescale(out, query, key_cache, block_tables, seq_lens, kv_head, scal
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        s = tl.where(valid, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale, float("-inf"))
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
-        l = l + tl.sum(tl.exp(s - m_new), axis=0)       # the old sum is not moved onto m_new
+        l = l + tl.sum(tl.exp(s - m_new), axis=0)       # old sum not moved onto m_new
         m = m_new
     tl.store(out + seq, m + tl.log(l))
 
@@ -319,9 +329,11 @@ def _lse_naive(out, query, key_cache, block_tables, seq_lens, kv_head, scale,
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        s = tl.where(valid, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale, float("-inf"))
-        total = total + tl.sum(tl.exp(s), axis=0)       # no max: overflows on large scores
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        total = total + tl.sum(tl.exp(s), axis=0)       # no max: overflows
     tl.store(out + seq, tl.log(total))
 
 
@@ -353,26 +365,28 @@ online_lse = KernelExercise(
 @triton.jit
 def decode_kernel(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                   stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                  BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
-    seq, head = tl.program_id(0), tl.program_id(1)      # one program per (sequence, query head)
-    kv_head = head // GROUP                             # GQA: GROUP query heads share a K/V head
+                  BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)      # (sequence, query head)
+    kv_head = head // GROUP                             # GQA: GROUP heads share one
     seq_len = tl.load(seq_lens + seq)
     offsets = tl.arange(0, BLOCK_SIZE)
     dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)   # [HEAD_DIM]
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
     m = float("-inf")
     l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)        # running sum of exp(score - m) * value
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)        # sum of exp(score - m) * value
     for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
         s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
         s = tl.where(valid, s, float("-inf"))                        # [BLOCK_SIZE]
         m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)                       # moves the old sums onto the new max
+        alpha = tl.exp(m - m_new)                       # moves old sums to the new max
         p = tl.exp(s - m_new)                           # [BLOCK_SIZE]
         l = l * alpha + tl.sum(p, axis=0)
         acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)   # [HEAD_DIM]
@@ -437,9 +451,11 @@ def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
 
 
 @triton.jit
-def _decode_first_page(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
-                       stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
+def _decode_first_page(out, query, key_cache, value_cache, block_tables, seq_lens,
+                       scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_bt,
+                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       GROUP: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     kv_head = head // GROUP
     seq_len = tl.load(seq_lens + seq)
@@ -449,18 +465,22 @@ def _decode_first_page(out, query, key_cache, value_cache, block_tables, seq_len
     block = tl.load(block_tables + seq * stride_bt)     # the first page only
     valid = offsets < seq_len
     rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-    k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-    s = tl.where(valid, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale, float("-inf"))
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+    s = tl.where(valid, s, float("-inf"))
     p = tl.exp(s - tl.max(s, axis=0))
     o = tl.sum(p[:, None] * v.to(tl.float32), axis=0) / tl.sum(p, axis=0)
     tl.store(out + seq * stride_qs + head * stride_qh + dims, o)
 
 
 @triton.jit
-def _decode_no_rescale(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
-                       stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
+def _decode_no_rescale(out, query, key_cache, value_cache, block_tables, seq_lens,
+                       scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_bt,
+                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       GROUP: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     kv_head = head // GROUP
     seq_len = tl.load(seq_lens + seq)
@@ -474,25 +494,29 @@ def _decode_no_rescale(out, query, key_cache, value_cache, block_tables, seq_len
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        s = tl.where(valid, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale, float("-inf"))
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new)
         l = l * alpha + tl.sum(p, axis=0)
-        acc = acc + tl.sum(p[:, None] * v.to(tl.float32), axis=0)   # acc is not rescaled
+        acc = acc + tl.sum(p[:, None] * v.to(tl.float32), axis=0)   # not rescaled
         m = m_new
     tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
 
 
 @triton.jit
-def _decode_wrong_group(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
-                        stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
+def _decode_wrong_group(out, query, key_cache, value_cache, block_tables, seq_lens,
+                        scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
+                        stride_bt,
+                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        GROUP: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     num_kv_heads = tl.num_programs(1) // GROUP
-    kv_head = head % num_kv_heads                       # interleaved heads: not how GQA groups them
+    kv_head = head % num_kv_heads                       # interleaved: not GQA's order
     seq_len = tl.load(seq_lens + seq)
     offsets = tl.arange(0, BLOCK_SIZE)
     dims = tl.arange(0, HEAD_DIM)
@@ -504,9 +528,11 @@ def _decode_wrong_group(out, query, key_cache, value_cache, block_tables, seq_le
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        s = tl.where(valid, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale, float("-inf"))
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new)
@@ -544,7 +570,8 @@ decode = KernelExercise(
 @triton.jit
 def buggy_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                  stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                 BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
+                 BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 GROUP: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     kv_head = head // GROUP
     seq_len = tl.load(seq_lens + seq)
@@ -558,8 +585,9 @@ def buggy_decode(out, query, key_cache, value_cache, block_tables, seq_lens, sca
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = offsets < seq_len
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
         s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
         s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
@@ -619,7 +647,8 @@ bug_lengths = Exercise(
 @triton.jit
 def _fix_off_by_one(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                     stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
+                    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    GROUP: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     kv_head = head // GROUP
     seq_len = tl.load(seq_lens + seq)
@@ -633,9 +662,11 @@ def _fix_off_by_one(out, query, key_cache, value_cache, block_tables, seq_lens, 
         block = tl.load(block_tables + seq * stride_bt + page)
         valid = page * BLOCK_SIZE + offsets <= seq_len               # one row too many
         rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
-        s = tl.where(valid, tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale, float("-inf"))
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new)
