@@ -204,7 +204,7 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
     ax.set_xlabel(f"token position (ranges rounded up to tiles of {tile})", fontsize=10)
     ax.set_title(f"{num_splits} programs per sequence and K/V head", fontsize=11)
     ax.legend(handles=[Patch(color=palette[s % len(palette)], label=f"split {s}")
-                       for s in range(num_splits)], fontsize=10, loc="lower right")
+                       for s in range(num_splits)], fontsize=10, loc="upper right")
     if lses is not None:
         import torch
         bx = axes[0][1]
