@@ -110,6 +110,16 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _advice(exc: BaseException) -> str:
+    """A hint for the errors a first kernel commonly raises, or ''."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and "argument" in text:
+        return " Keep the starter's signature: the checker passes exactly those arguments."
+    if "power of 2" in text or "power of two" in text:
+        return " Every tl.arange length must be a power of two (use the BLOCK_SIZE and HEAD_DIM given)."
+    return ""
+
+
 def _index(flat: int, shape: Sequence[int]) -> str:
     idx = []
     for size in reversed(shape):
@@ -209,7 +219,7 @@ class KernelExercise(Exercise):
             return verdict
         n = len(self.kernel_cases)
         for i, case in enumerate(self.kernel_cases, 1):
-            where = f"case {i} of {n} ({case.label})"
+            where = f"case {i} of {n} ({case.label}; out {list(case.expected.shape)})"
             try:
                 inputs = _copy_inputs(case.inputs)
                 with warnings.catch_warnings():      # the interpreter's NumPy warns on overflow
@@ -222,8 +232,7 @@ class KernelExercise(Exercise):
                 cause = _root_cause(exc)
                 if isinstance(cause, NotImplementedError):
                     return NOT_ATTEMPTED, "the kernel still raises NotImplementedError: write its body."
-                return INCORRECT, (f"{where}: the kernel raised {_one_line(cause)}. Keep the starter's "
-                                   "signature; every tl.arange length must be a power of two.")
+                return INCORRECT, f"{where}: the kernel raised {_one_line(cause)}.{_advice(cause)}"
             problem = compare_outputs(got, case.expected)
             if problem is None:
                 continue
