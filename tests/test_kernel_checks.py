@@ -88,3 +88,32 @@ def test_the_bug_prediction_matches_what_the_buggy_kernel_does():
     got = ch08._launch_decode(ch08.buggy_decode, **case.inputs)          # [seqs, heads, dim]
     wrong = [n for n, row in zip(ch08.BUG_LENGTHS, got) if torch.isnan(row).any()]
     assert wrong == ch08.bug_lengths.reference == [9, 17]
+
+
+def test_a_kernel_exercise_needs_a_kernel_as_its_reference():
+    import pytest
+    from pagedlib.exercises.kernel_checks import KernelExercise
+    with pytest.raises(ValueError, match="@triton.jit"):
+        KernelExercise("test.not_a_kernel", "q", lambda: None, launch=lambda k: None, cases=[],
+                       wrong=[1])
+
+
+def test_a_kernel_that_never_ends_times_out_as_incorrect():
+    import time
+
+    from pagedlib.exercises.kernel_checks import KernelExercise
+
+    @triton.jit
+    def forever(out, key_cache, block_table, seq_len, page, kv_head,
+                stride_block, stride_token, stride_head,
+                BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+        i = 0
+        while i >= 0:
+            i += 1
+
+    ex = KernelExercise("test.forever", "q", ch08.load_page_kernel, launch=ch08.load_page.launch,
+                        cases=ch08.load_page.kernel_cases[:1], wrong=[forever], timeout=0.5)
+    start = time.perf_counter()
+    result = ex.check(forever)
+    assert result.state == INCORRECT and "more than 0.5 s" in result.message
+    assert time.perf_counter() - start < 5
