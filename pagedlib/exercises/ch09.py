@@ -87,7 +87,7 @@ def _diagnose_splits(answer, expected, args) -> str | None:
         return f"More than {MAX_SPLITS} splits: apply the cap of {MAX_SPLITS}."
     if answer > max(1, max_seq_len // MIN_TOKENS_PER_SPLIT):
         return (f"Each split must keep at least {MIN_TOKENS_PER_SPLIT} tokens of the longest "
-                "sequence: cap by max_seq_len // 256.")
+                f"sequence: cap by max_seq_len // {MIN_TOKENS_PER_SPLIT}.")
     if programs < sms and answer == (2 * sms) // programs and answer < expected:
         return "Round the splits up (math.ceil), not down."
     return None
