@@ -1,136 +1,702 @@
-"""Chapter 8 exercises: the masked load of one page in Triton; the online-softmax update.
+"""Chapter 8 exercises: the decode kernel written by the learner, one Triton idea at a time.
 
-Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
-to the Exercise built from it, so a notebook calls ``ex.load_page.check(...)``.
+(a) ``load_page``: one page of K for one K/V head, through the block table, with a mask;
+(b) ``page_scores``: the scaled scores of one query against that page, -inf past the sequence's end;
+(c) ``online_lse``: the online softmax over all of a sequence's pages (its running max and sum);
+(d) ``decode``: the whole single-query decode kernel, one program per (sequence, query head), GQA.
+Then ``bug_lengths`` (predict which sequences a buggy kernel gets wrong) and ``fix_bug`` (fix it).
+
+Each kernel exercise launches the learner's ``@triton.jit`` kernel on a few small cases and compares
+it with PyTorch (see ``kernel_checks``). Convention (see ``ch00``): each reference kernel is defined
+first, then the exercise is built from it, so a notebook calls ``ex.load_page.check(my_kernel)``.
 """
-import inspect
-import textwrap
+from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
 
 from .. import runtime
+from ..attention_ref import gather_kv, paged_attention_ref, random_paged_inputs
 from . import Exercise
+from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
+
+DEVICE, DTYPE = runtime.DEVICE, runtime.DTYPE
 
 
+# ---- (a) one page of K ---------------------------------------------------------------------------
 @triton.jit
 def load_page_kernel(out, key_cache, block_table, seq_len, page, kv_head,
                      stride_block, stride_token, stride_head,
                      BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """out [BLOCK_SIZE, HEAD_DIM] = the key rows of logical page ``page``; rows past seq_len are 0."""
     offsets = tl.arange(0, BLOCK_SIZE)                  # [BLOCK_SIZE] rows of the page
     dims = tl.arange(0, HEAD_DIM)                       # [HEAD_DIM]
-    block = tl.load(block_table + page)                 # 1. the physical block of this page
-    valid = page * BLOCK_SIZE + offsets < seq_len       # 2. rows that hold tokens of the sequence
-    rows = block * stride_block + offsets * stride_token + kv_head * stride_head   # 3. their pointers
-    keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+    block = tl.load(block_table + page)                 # 1. the page's physical block
+    valid = page * BLOCK_SIZE + offsets < seq_len       # 2. rows holding tokens
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head  # 3.
+    ptrs = rows[:, None] + dims[None, :]
+    keys = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
     tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
 
 
-def load_page(key_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int, page: int,
-              kv_head: int) -> torch.Tensor:
-    """Launch ``load_page_kernel`` on one program: page ``page`` of a sequence, ``[block_size, head_dim]``."""
+def _launch_load_page(kernel, key_cache, block_table, seq_len, page, kv_head):
     block_size, head_dim = key_cache.shape[1], key_cache.shape[3]
-    out = torch.empty(block_size, head_dim, dtype=key_cache.dtype, device=key_cache.device)
-    load_page_kernel[(1,)](out, key_cache, block_table, seq_len, page, kv_head, *key_cache.stride()[:3],
-                           BLOCK_SIZE=block_size, HEAD_DIM=head_dim)
+    out = new_output((block_size, head_dim), key_cache.dtype, key_cache.device)  # [BLOCK, DIM]
+    kernel[(1,)](out, key_cache, block_table, seq_len, page, kv_head, *key_cache.stride()[:3],
+                 BLOCK_SIZE=block_size, HEAD_DIM=head_dim)
     return out
 
 
-def _page_cases() -> list[tuple]:
-    """A small cache of 6 blocks x 4 tokens x 2 KV heads x 16 dims; slots no sequence owns hold NaN."""
-    gen = torch.Generator().manual_seed(7)
-    cache = torch.full((6, 4, 2, 16), float("nan"))            # [num_blocks, block_size, kv_heads, head_dim]
-    table = torch.tensor([4, 1, 3], dtype=torch.int32)         # a sequence of 10 tokens: pages in blocks 4, 1, 3
-    for page, block in enumerate(table.tolist()):
-        rows = min(4, 10 - 4 * page)
-        cache[block, :rows] = torch.randn(rows, 2, 16, generator=gen)
-    cache, table = cache.to(runtime.DEVICE), table.to(runtime.DEVICE)
-    return [(cache, table, 10, 0, 0), (cache, table, 10, 1, 1), (cache, table, 10, 2, 0),
-            (cache, table, 10, 2, 1), (cache, table, 9, 2, 0)]
+def _page_rows(key_cache, block_table, seq_len, page, kv_head) -> torch.Tensor:
+    """The reference for (a): the page's key rows of one K/V head, rows past seq_len zero."""
+    block_size = key_cache.shape[1]
+    rows = key_cache[int(block_table[page]), :, kv_head].clone()      # [block_size, head_dim]
+    used = max(0, min(block_size, seq_len - page * block_size))
+    rows[used:] = 0.0
+    return rows
 
 
-def _diagnose_page(answer, expected, args) -> str | None:
-    if not isinstance(answer, torch.Tensor) or answer.shape != expected.shape:
-        return None
-    if torch.isnan(answer).any():
-        return ("The result holds NaN: rows past seq_len were read from slots nobody wrote. "
-                "Mask them in tl.load (mask=..., other=0.0).")
-    cache, table, seq_len, page, kv_head = args
-    if torch.allclose(answer.cpu(), cache[page, :, kv_head].nan_to_num(0.0).cpu()):
+# one cache for (a) and (b): sequence 0 has 10 tokens (3 pages of 4, the last with 2 rows),
+# sequence 1 has 5 (one block + 1: its second page holds a single token); unowned slots hold NaN
+_PAGES = random_paged_inputs([10, 5], num_heads=2, num_kv_heads=2, head_dim=16, block_size=4,
+                             dtype=DTYPE, device=DEVICE, seed=7)
+_PAGE_CHOICES = [(0, 0, 0), (0, 2, 1), (1, 1, 0), (1, 0, 1), (0, 1, 1)]   # (seq, page, kv_head)
+
+
+def _page_case(seq: int, page: int, kv_head: int, query: bool) -> KernelCase:
+    n = int(_PAGES.seq_lens[seq])
+    inputs = dict(key_cache=_PAGES.key_cache, block_table=_PAGES.block_tables[seq], seq_len=n,
+                  page=page, kv_head=kv_head)
+    rows = _page_rows(_PAGES.key_cache, _PAGES.block_tables[seq], n, page, kv_head)
+    label = (f"seq_len {n}, page {page}, kv_head {kv_head}; cache "
+             f"{describe_cache(_PAGES.key_cache)}, block table {_PAGES.block_tables[seq].tolist()}")
+    if not query:
+        return KernelCase(label, inputs, rows, meta=dict(seq=seq))
+    q = _PAGES.query[seq, kv_head]                                      # [head_dim]
+    scale = q.shape[0] ** -0.5
+    used = max(0, min(4, n - page * 4))
+    scores = rows.float() @ q.float() * scale                           # [block_size]
+    scores[used:] = float("-inf")
+    return KernelCase(label, dict(query=q, scale=scale, **inputs), scores,
+                      meta=dict(seq=seq, rows=rows, q=q, scale=scale, used=used))
+
+
+def _diagnose_page(got: torch.Tensor, case: KernelCase) -> str | None:
+    cache, page, h = case.inputs["key_cache"], case.inputs["page"], case.inputs["kv_head"]
+    unpaged = cache[page, :, h].nan_to_num(0.0)                         # block number `page`
+    if torch.isnan(unpaged).sum() == 0 and torch.allclose(got.float(), unpaged.float()):
         return "These are the rows of block number `page`: look the page up in block_table first."
+    if torch.isnan(got).any():
+        return "Give tl.load a mask, `mask=valid[:, None]`, and `other=0.0` for the masked rows."
     return None
 
 
-load_page = Exercise(
+@triton.jit
+def _load_page_unmasked(out, key_cache, block_table, seq_len, page, kv_head,
+                        stride_block, stride_token, stride_head,
+                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    block = tl.load(block_table + page)
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
+    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :],
+             tl.load(key_cache + ptrs))                 # no mask: reads NaN slots
+
+
+@triton.jit
+def _load_page_no_table(out, key_cache, block_table, seq_len, page, kv_head,
+                        stride_block, stride_token, stride_head,
+                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    valid = page * BLOCK_SIZE + offsets < seq_len
+    rows = page * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
+    keys = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
+
+
+load_page = KernelExercise(
     "ch08.load_page",
-    "Fill in `load_page_kernel`: one program loads logical page `page` of a sequence (its key rows for "
-    "KV head `kv_head`) from `key_cache [num_blocks, block_size, num_kv_heads, head_dim]` through the "
-    "sequence's `block_table`, with rows past `seq_len` loaded as 0, and stores them to `out "
-    "[block_size, head_dim]`.",
-    load_page,
-    cases=_page_cases(),
+    "Fill in the kernel: one program loads logical page `page` of a sequence (its key rows for K/V "
+    "head `kv_head`) from `key_cache [num_blocks, block_size, num_kv_heads, head_dim]` through the "
+    "sequence's `block_table`, with rows past `seq_len` loaded as 0, and stores them to "
+    "`out [BLOCK_SIZE, HEAD_DIM]` (row-major).",
+    load_page_kernel,
+    launch=_launch_load_page,
+    cases=[_page_case(s, p, h, query=False) for s, p, h in _PAGE_CHOICES],
     diagnose=_diagnose_page,
-    hints=["Three steps: `block = tl.load(block_table + page)`; the mask says which of the page's rows "
-           "are tokens of the sequence (position `page * BLOCK_SIZE + offsets` below `seq_len`); the "
-           "pointer of row `r` is `key_cache + block * stride_block + r * stride_token + kv_head * "
-           "stride_head`, plus `dims` along the row.",
-           "`keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)` "
-           "with `rows = block * stride_block + offsets * stride_token + kv_head * stride_head`."],
-    wrong=[lambda cache, table, n, page, h: cache[table[page].long(), :, h].clone(),   # no mask: NaN
-           lambda cache, table, n, page, h: cache[page, :, h].nan_to_num(0.0)],       # no block table
-    explanation="The kernel:\n" + textwrap.dedent(inspect.getsource(load_page_kernel.fn)),
+    hints=["A page is a logical thing: the block table says which physical block holds it, and only "
+           "the rows before `seq_len` hold tokens. The other rows must not even be read.",
+           "Three steps: load the block id (`tl.load(block_table + page)`); build the mask from each "
+           "row's position `page * BLOCK_SIZE + offsets`; build one pointer per row and per dim from "
+           "the three strides, then `tl.load(..., mask=..., other=0.0)`.",
+           "`rows = block * stride_block + offsets * stride_token + kv_head * stride_head`, then "
+           "`tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)`."],
+    wrong=[_load_page_unmasked, _load_page_no_table],
+    explanation="The block table turns the logical page into a block; the mask keeps every load "
+                "inside the tokens the sequence owns.",
 )
 
 
-def online_update(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, scores: torch.Tensor,
-                  values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fold one tile (``scores [n]``, ``values [n, head_dim]``) into the running (max, sum, output)."""
-    m_new = torch.maximum(m, scores.max())              # the largest score seen so far
-    alpha = torch.exp(m - m_new)                        # rescales everything summed under the old max
-    p = torch.exp(scores - m_new)                       # [n] this tile's weights, unnormalised
-    return m_new, l * alpha + p.sum(), acc * alpha + p @ values
+# ---- (b) the scores of one page ------------------------------------------------------------------
+@triton.jit
+def page_scores_kernel(out, query, key_cache, block_table, seq_len, page, kv_head,
+                       scale, stride_block, stride_token, stride_head,
+                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)                  # [BLOCK_SIZE]
+    dims = tl.arange(0, HEAD_DIM)                       # [HEAD_DIM]
+    q = tl.load(query + dims).to(tl.float32)            # [HEAD_DIM] one query head
+    block = tl.load(block_table + page)
+    valid = page * BLOCK_SIZE + offsets < seq_len
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale        # [BLOCK_SIZE]
+    tl.store(out + offsets, tl.where(valid, s, float("-inf")))
 
 
-def _update_cases() -> list[tuple]:
-    gen = torch.Generator().manual_seed(11)
-    start = (torch.tensor(float("-inf")), torch.tensor(0.0), torch.zeros(4))
-    mid = (torch.tensor(2.5), torch.tensor(3.0), torch.randn(4, generator=gen))
-    return [(*start, torch.randn(5, generator=gen), torch.randn(5, 4, generator=gen)),     # the first tile
-            (*mid, torch.randn(3, generator=gen) + 4.0, torch.randn(3, 4, generator=gen)),  # a new max
-            (*mid, torch.randn(6, generator=gen) - 3.0, torch.randn(6, 4, generator=gen)),  # max unchanged
-            (torch.tensor(1.0), torch.tensor(1.0), torch.ones(4), torch.tensor([1.0]), torch.ones(1, 4))]
+def _launch_page_scores(kernel, query, key_cache, block_table, seq_len, page, kv_head, scale):
+    block_size, head_dim = key_cache.shape[1], key_cache.shape[3]
+    out = new_output((block_size,), torch.float32, key_cache.device)   # [BLOCK_SIZE] fp32
+    kernel[(1,)](out, query, key_cache, block_table, seq_len, page, kv_head, scale,
+                 *key_cache.stride()[:3], BLOCK_SIZE=block_size, HEAD_DIM=head_dim)
+    return out
 
 
-def _diagnose_update(answer, expected, args) -> str | None:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
-        return "Return three things: the new max, the new sum and the new output accumulator."
-    names = ["the max m", "the sum l", "the accumulator acc"]
-    for got, want, name in zip(answer, expected, names):
-        if not (isinstance(got, torch.Tensor) and got.shape == want.shape
-                and torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-5)):
-            return f"{name[0].upper()}{name[1:]} is off; the others may be fine."
+def _diagnose_scores(got: torch.Tensor, case: KernelCase) -> str | None:
+    used = case.meta["used"]
+    want = case.expected
+    if used < len(want) and torch.isfinite(got[used:]).all() and (got[used:] == 0).all():
+        return ("The rows past seq_len are 0; make them -inf (`tl.where(valid, s, float('-inf'))`): "
+                "exp(-inf) = 0 gives them no weight in a softmax, exp(0) = 1 would.")
+    if torch.allclose(got[:used].float(), want[:used].float() / case.meta["scale"], atol=1e-3):
+        return "The scores are not scaled: multiply q . k by `scale` (1 / sqrt(head_dim))."
     return None
 
 
-online_update = Exercise(
-    "ch08.online_update",
-    "Fold one tile of scores and values into the running state of an online softmax: return the new "
-    "(m, l, acc), where m is the largest score so far, l the sum of exp(score - m) and acc the sum of "
-    "exp(score - m) * value, over every token seen so far.",
-    online_update,
-    cases=_update_cases(),
-    diagnose=_diagnose_update,
-    hints=["The new max is the larger of the old max and this tile's max. Everything summed so far was "
-           "weighted by exp(score - old max); multiply it by exp(old max - new max) to move it onto the "
-           "new max.",
-           "`m_new = max(m, scores.max())`, `alpha = exp(m - m_new)`, `p = exp(scores - m_new)`; then "
-           "`l * alpha + p.sum()` and `acc * alpha + p @ values`."],
-    wrong=[lambda m, l, acc, s, v: (torch.maximum(m, s.max()), l + torch.exp(s - torch.maximum(m, s.max())).sum(),
-                                    acc + torch.exp(s - torch.maximum(m, s.max())) @ v),          # no rescale
-           lambda m, l, acc, s, v: (s.max(), l * torch.exp(m - s.max()) + torch.exp(s - s.max()).sum(),
-                                    acc * torch.exp(m - s.max()) + torch.exp(s - s.max()) @ v)],  # max forgets
+@triton.jit
+def _scores_zero_past_end(out, query, key_cache, block_table, seq_len, page, kv_head,
+                          scale, stride_block, stride_token, stride_head,
+                          BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + dims).to(tl.float32)
+    block = tl.load(block_table + page)
+    valid = page * BLOCK_SIZE + offsets < seq_len
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+    tl.store(out + offsets, s)                          # 0 past the end, not -inf
+
+
+@triton.jit
+def _scores_unscaled(out, query, key_cache, block_table, seq_len, page, kv_head, scale,
+                     stride_block, stride_token, stride_head,
+                     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + dims).to(tl.float32)
+    block = tl.load(block_table + page)
+    valid = page * BLOCK_SIZE + offsets < seq_len
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1)                # forgot * scale
+    tl.store(out + offsets, tl.where(valid, s, float("-inf")))
+
+
+page_scores = KernelExercise(
+    "ch08.page_scores",
+    "Fill in the kernel: for one query head's vector `query [HEAD_DIM]`, store to `out [BLOCK_SIZE]` "
+    "(fp32) the scores `scale * (query . k)` of the key rows of logical page `page` (K/V head "
+    "`kv_head`), and -inf for the rows past `seq_len`.",
+    page_scores_kernel,
+    launch=_launch_page_scores,
+    cases=[_page_case(s, p, h, query=True) for s, p, h in _PAGE_CHOICES],
+    diagnose=_diagnose_scores,
+    hints=["A score is a dot product of the query with one key row, times 1 / sqrt(head_dim). Rows "
+           "that are not tokens of the sequence get -inf, so that a softmax gives them weight 0.",
+           "Load the page as in exercise (a), load `q` as a `[HEAD_DIM]` vector, multiply it against "
+           "every row (broadcast `q[None, :]`) and sum along the dims; then choose with `tl.where`.",
+           "`s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale` and "
+           "`tl.store(out + offsets, tl.where(valid, s, float('-inf')))`."],
+    wrong=[_scores_zero_past_end, _scores_unscaled],
+    explanation="One dot product per row, scaled; -inf past the end, so a softmax gives those rows 0.",
 )
 
-__all__ = ["load_page", "online_update"]
+
+# ---- (c) the online softmax over all pages: the log-sum-exp ------------------------------------
+@triton.jit
+def online_lse_kernel(out, query, key_cache, block_tables, seq_lens, kv_head, scale,
+                      stride_qs, stride_kb, stride_kt, stride_kh, stride_bt,
+                      BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    seq = tl.program_id(0)                              # one program per sequence
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + dims).to(tl.float32)        # [HEAD_DIM]
+    m = float("-inf")                                   # running max of the scores
+    l = 0.0                                             # running sum of exp(score - m)
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))                        # [BLOCK_SIZE]
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(s - m_new), axis=0)   # onto new max
+        m = m_new
+    tl.store(out + seq, m + tl.log(l))                  # log(sum of exp(score))
+
+
+def _launch_online_lse(kernel, query, key_cache, block_tables, seq_lens, kv_head):
+    num_seqs, head_dim = query.shape
+    out = new_output((num_seqs,), torch.float32, query.device)        # [num_seqs] fp32
+    kernel[(num_seqs,)](out, query, key_cache, block_tables, seq_lens, kv_head, head_dim ** -0.5,
+                        query.stride(0), *key_cache.stride()[:3], block_tables.stride(0),
+                        BLOCK_SIZE=key_cache.shape[1], HEAD_DIM=head_dim)
+    return out
+
+
+def _lse_case(lengths: list[int], block_size: int, kv_head: int, seed: int, boost: float = 1.0):
+    x = random_paged_inputs(lengths, num_heads=2, num_kv_heads=2, head_dim=16,
+                            block_size=block_size, dtype=DTYPE, device=DEVICE, seed=seed)
+    q = (x.query[:, kv_head].float() * boost).to(DTYPE)               # [num_seqs, head_dim]
+    scale = q.shape[1] ** -0.5
+    lse, first_page = [], []
+    for s, n in enumerate(lengths):
+        k = gather_kv(x.key_cache, x.block_tables[s], n)[:, kv_head].float()   # [n, head_dim]
+        scores = k @ q[s].float() * scale                                       # [n]
+        lse.append(torch.logsumexp(scores, dim=0))
+        first_page.append(torch.logsumexp(scores[:block_size], dim=0))
+    label = (f"{len(lengths)} sequences of {', '.join(map(str, lengths))} tokens, pages of "
+             f"{block_size}, kv_head {kv_head}" + (", scores in the hundreds" if boost > 1 else ""))
+    return KernelCase(label, dict(query=q, key_cache=x.key_cache, block_tables=x.block_tables,
+                                  seq_lens=x.seq_lens, kv_head=kv_head),
+                      torch.stack(lse), meta=dict(first_page=torch.stack(first_page)))
+
+
+def _diagnose_lse(got: torch.Tensor, case: KernelCase) -> str | None:
+    if torch.isinf(got).any() and torch.isfinite(case.expected).all():
+        return ("inf: exp overflowed on large scores. Subtract the running max before exponentiating "
+                "(exp(s - m)), and add it back at the end: lse = m + log(l).")
+    if torch.allclose(got.float(), case.meta["first_page"].float(), atol=1e-3):
+        return "That is the log-sum-exp of the first page only: loop over all tl.cdiv(seq_len, BLOCK_SIZE)."
+    return None
+
+
+@triton.jit
+def _lse_no_rescale(out, query, key_cache, block_tables, seq_lens, kv_head, scale,
+                    stride_qs, stride_kb, stride_kt, stride_kh, stride_bt,
+                    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    seq = tl.program_id(0)
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + dims).to(tl.float32)
+    m = float("-inf")
+    l = 0.0
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        l = l + tl.sum(tl.exp(s - m_new), axis=0)       # old sum not moved onto m_new
+        m = m_new
+    tl.store(out + seq, m + tl.log(l))
+
+
+@triton.jit
+def _lse_naive(out, query, key_cache, block_tables, seq_lens, kv_head, scale,
+               stride_qs, stride_kb, stride_kt, stride_kh, stride_bt,
+               BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    seq = tl.program_id(0)
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + dims).to(tl.float32)
+    total = 0.0
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        total = total + tl.sum(tl.exp(s), axis=0)       # no max: overflows
+    tl.store(out + seq, tl.log(total))
+
+
+online_lse = KernelExercise(
+    "ch08.online_lse",
+    "Fill in the kernel: one program per sequence walks all its pages and stores to `out[seq]` (fp32) "
+    "the log-sum-exp of its scores, log(sum of exp(scale * q . k)) over its `seq_len` tokens "
+    "(K/V head `kv_head`, query `query[seq]`), with the online softmax's running max `m` and sum `l`.",
+    online_lse_kernel,
+    launch=_launch_online_lse,
+    cases=[_lse_case([1, 4, 5, 11], 4, kv_head=1, seed=20),
+           _lse_case([9, 17, 8], 8, kv_head=0, seed=21),
+           _lse_case([6, 13], 4, kv_head=1, seed=22, boost=100.0)],
+    diagnose=_diagnose_lse,
+    hints=["Keep two numbers while you walk the pages: the largest score so far, m, and the sum of "
+           "exp(score - m) so far, l. When a page raises the max, the old sum was measured against the "
+           "old max and must be moved onto the new one. At the end, log-sum-exp = m + log(l).",
+           "Loop `for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE))`; in it, the scores of exercise (b) "
+           "(with -inf past the end); then `m_new = tl.maximum(m, tl.max(s, axis=0))` and update l.",
+           "`l = l * tl.exp(m - m_new) + tl.sum(tl.exp(s - m_new), axis=0)`, `m = m_new`; after the "
+           "loop `tl.store(out + seq, m + tl.log(l))`. Start from `m = float('-inf')`, `l = 0.0`."],
+    wrong=[_lse_no_rescale, _lse_naive],
+    explanation="Rescaling l by exp(m - m_new) keeps one sum over every page, measured against the "
+                "largest score, so nothing overflows.",
+)
+
+
+# ---- (d) the whole decode kernel -----------------------------------------------------------------
+@triton.jit
+def decode_kernel(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                  stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
+                  BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)      # (sequence, query head)
+    kv_head = head // GROUP                             # GQA: GROUP heads share one
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
+    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)        # sum of exp(score - m) * value
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))                        # [BLOCK_SIZE]
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        alpha = tl.exp(m - m_new)                       # moves old sums to the new max
+        p = tl.exp(s - m_new)                           # [BLOCK_SIZE]
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)   # [HEAD_DIM]
+        m = m_new
+    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+
+
+def _launch_decode(kernel, query, key_cache, value_cache, block_tables, seq_lens):
+    num_seqs, num_heads, head_dim = query.shape
+    out = new_output(query.shape, query.dtype, query.device)   # [num_seqs, num_heads, head_dim]
+    kernel[(num_seqs, num_heads)](out, query, key_cache, value_cache, block_tables, seq_lens,
+                                  head_dim ** -0.5, query.stride(0), query.stride(1),
+                                  *key_cache.stride()[:3], block_tables.stride(0),
+                                  BLOCK_SIZE=key_cache.shape[1], HEAD_DIM=head_dim,
+                                  GROUP=num_heads // key_cache.shape[2])
+    return out
+
+
+def _attend_heads(inputs: dict, kv_of_head: list[int]) -> torch.Tensor:
+    """Decode attention in PyTorch where query head h reads K/V head kv_of_head[h]."""
+    q, kc, vc = inputs["query"], inputs["key_cache"], inputs["value_cache"]
+    outs = []
+    for s, n in enumerate(inputs["seq_lens"].tolist()):
+        k = gather_kv(kc, inputs["block_tables"][s], n).float()[:, kv_of_head]   # [n, heads, dim]
+        v = gather_kv(vc, inputs["block_tables"][s], n).float()[:, kv_of_head]
+        scores = torch.einsum("hd,nhd->hn", q[s].float(), k) * q.shape[-1] ** -0.5
+        outs.append(torch.einsum("hn,nhd->hd", scores.softmax(dim=-1), v))      # [heads, dim]
+    return torch.stack(outs)                                                    # [seqs, heads, dim]
+
+
+def _decode_case(lengths: list[int], num_heads: int, num_kv_heads: int, block_size: int,
+                 seed: int, shared: bool = False) -> KernelCase:
+    x = random_paged_inputs(lengths, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=16,
+                            block_size=block_size, dtype=DTYPE, device=DEVICE, seed=seed,
+                            shared_blocks=shared)
+    label = (f"{len(lengths)} sequences of {', '.join(map(str, lengths))} tokens, pages of "
+             f"{block_size}, {num_heads} query heads, {num_kv_heads} K/V head"
+             + ("s" if num_kv_heads > 1 else "")
+             + (", blocks shared between sequences" if shared else ""))
+    inputs = dict(zip(["query", "key_cache", "value_cache", "block_tables", "seq_lens"], x.args()))
+    group = num_heads // num_kv_heads
+    meta = dict(group=group, lengths=lengths)
+    if group > 1:
+        meta["interleaved"] = _attend_heads(inputs, [h % num_kv_heads for h in range(num_heads)])
+    return KernelCase(label, inputs, paged_attention_ref(*x.args()), meta=meta)
+
+
+_DECODE_CASES = [_decode_case([1, 4, 5, 11], 2, 2, 4, seed=30),
+                 _decode_case([9, 3, 16, 17], 4, 2, 8, seed=31),
+                 _decode_case([5, 13], 4, 1, 4, seed=32, shared=True)]
+
+
+def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
+    interleaved = case.meta.get("interleaved")
+    if interleaved is not None and torch.allclose(got.float(), interleaved, atol=1e-3):
+        return (f"Query head h read K/V head h % num_kv_heads; with groups of {case.meta['group']}, "
+                "consecutive query heads share a K/V head: `kv_head = head // GROUP`.")
+    if torch.isnan(got).any():
+        return ("Every load of K and V needs the mask of the page's rows, "
+                "`page * BLOCK_SIZE + offsets < seq_len`.")
+    return None
+
+
+@triton.jit
+def _decode_first_page(out, query, key_cache, value_cache, block_tables, seq_lens,
+                       scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_bt,
+                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)
+    kv_head = head // GROUP
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
+    block = tl.load(block_tables + seq * stride_bt)     # the first page only
+    valid = offsets < seq_len
+    rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+    ptrs = rows[:, None] + dims[None, :]
+    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+    v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+    s = tl.where(valid, s, float("-inf"))
+    p = tl.exp(s - tl.max(s, axis=0))
+    o = tl.sum(p[:, None] * v.to(tl.float32), axis=0) / tl.sum(p, axis=0)
+    tl.store(out + seq * stride_qs + head * stride_qh + dims, o)
+
+
+@triton.jit
+def _decode_no_rescale(out, query, key_cache, value_cache, block_tables, seq_lens,
+                       scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_bt,
+                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)
+    kv_head = head // GROUP
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
+    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new)
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc + tl.sum(p[:, None] * v.to(tl.float32), axis=0)   # not rescaled
+        m = m_new
+    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+
+
+@triton.jit
+def _decode_wrong_group(out, query, key_cache, value_cache, block_tables, seq_lens,
+                        scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
+                        stride_bt,
+                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)
+    num_kv_heads = tl.num_programs(1) // GROUP
+    kv_head = head % num_kv_heads                       # interleaved: not GQA's order
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
+    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new)
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        m = m_new
+    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+
+
+decode = KernelExercise(
+    "ch08.decode",
+    "Fill in the decode kernel: the program (seq, head) of the grid (num_seqs, num_heads) computes "
+    "softmax(scale * q K^T) V for query head `head` of sequence `seq` over its `seq_len` cached tokens, "
+    "found page by page through `block_tables`, and stores it to `out[seq, head]` (same strides as "
+    "`query`; `value_cache` has the strides of `key_cache`). `GROUP` query heads share each K/V head.",
+    decode_kernel,
+    launch=_launch_decode,
+    cases=_DECODE_CASES,
+    diagnose=_diagnose_decode,
+    hints=["It is exercise (c) with values: besides m and l, keep acc, the sum of exp(score - m) times "
+           "each value row. Whenever m rises, acc is rescaled by the same factor as l. The output is "
+           "acc / l. With GQA, consecutive query heads share a K/V head.",
+           "`kv_head = head // GROUP`; load V with the same row pointers and mask as K; per page: "
+           "`m_new`, `alpha = tl.exp(m - m_new)`, `p = tl.exp(s - m_new)`, then update l and acc.",
+           "`acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)` with "
+           "`acc = tl.zeros([HEAD_DIM], dtype=tl.float32)` before the loop; after it "
+           "`tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)`."],
+    wrong=[_decode_first_page, _decode_no_rescale, _decode_wrong_group],
+    explanation="One pass over the block table, an online softmax rescaling both l and acc: every K/V "
+                "row is read once and no score is stored.",
+)
+
+
+# ---- find the bug ------------------------------------------------------------------------------
+@triton.jit
+def buggy_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                 stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
+                 BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)
+    kv_head = head // GROUP
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
+    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = offsets < seq_len
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new)
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        m = m_new
+    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+
+
+BUG_LENGTHS = [3, 8, 9, 16, 17, 24]     # the sequences of the prediction, pages of BUG_BLOCK_SIZE
+BUG_BLOCK_SIZE = 8
+
+
+def bug_lengths() -> list[int]:
+    """The lengths in BUG_LENGTHS whose output ``buggy_decode`` gets wrong (pages of 8)."""
+    # the mask compares a row's offset inside its page with seq_len, so on a page after the first
+    # every row counts as a token; that reads past the end unless the last page is full
+    return [n for n in BUG_LENGTHS if n > BUG_BLOCK_SIZE and n % BUG_BLOCK_SIZE != 0]
+
+
+def _same_lengths(answer, expected) -> bool:
+    return sorted(answer) == sorted(expected)
+
+
+def _diagnose_bug(answer, expected) -> str | None:
+    chosen = set(answer)
+    if chosen - set(BUG_LENGTHS):
+        return f"Choose among the lengths {BUG_LENGTHS}."
+    if chosen & {3, 8}:
+        return ("A sequence of one page is computed right: on page 0, `offsets < seq_len` is the right "
+                "mask.")
+    if chosen & {16, 24}:
+        return ("When the last page is full, every row the buggy mask lets through is a real token of "
+                "the sequence.")
+    return None
+
+
+bug_lengths = Exercise(
+    "ch08.bug_lengths",
+    f"Predict, before running it: for sequences of {BUG_LENGTHS} tokens in pages of "
+    f"{BUG_BLOCK_SIZE}, which lengths does `buggy_decode` get wrong? Answer with a list of lengths.",
+    bug_lengths(),
+    compare=_same_lengths,
+    diagnose=_diagnose_bug,
+    hints=["Read the mask line and ask, for a page after the first, which of its rows it lets through.",
+           "On page 1 of a 9-token sequence, `offsets` runs 0 to 7, all below 9: every row counts as a "
+           "token, but only one of them is. Which lengths have a page after the first that is not full?",
+           "Wrong: the lengths above 8 that are not a multiple of 8."],
+    wrong=[[9], [3, 9, 17], [16, 24], [9, 16, 17, 24]],
+    explanation="The mask forgets the page's start, so only a partial page after the first reads past "
+                "the end: lengths 9 and 17.",
+)
+
+
+@triton.jit
+def _fix_off_by_one(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                    stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
+                    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    GROUP: tl.constexpr):
+    seq, head = tl.program_id(0), tl.program_id(1)
+    kv_head = head // GROUP
+    seq_len = tl.load(seq_lens + seq)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
+    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets <= seq_len               # one row too many
+        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new)
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        m = m_new
+    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+
+
+def _bug_case() -> KernelCase:
+    """The prediction's sequences, as one decode case."""
+    return _decode_case(BUG_LENGTHS, 2, 1, BUG_BLOCK_SIZE, seed=33)
+
+
+fix_bug = KernelExercise(
+    "ch08.fix_bug",
+    "`buggy_decode` has one wrong line. Copy it into the cell, fix the bug, and check the fixed kernel "
+    "(same signature and grid as exercise (d)).",
+    decode_kernel,
+    launch=_launch_decode,
+    cases=[_bug_case(), *_DECODE_CASES],
+    diagnose=_diagnose_decode,
+    hints=["The outputs that go wrong are NaN, and NaN only lives in cache slots no sequence owns: some "
+           "load reads rows it should have masked.",
+           "Look at the line that builds `valid`: for a row of page `page`, which token position is it?",
+           "`valid = page * BLOCK_SIZE + offsets < seq_len`."],
+    wrong=[buggy_decode, _fix_off_by_one],
+    explanation="A row's token position is page * BLOCK_SIZE + offset; the mask must compare that, not "
+                "the offset, with seq_len.",
+)
+
+__all__ = ["load_page", "page_scores", "online_lse", "decode", "bug_lengths", "fix_bug",
+           "buggy_decode", "BUG_LENGTHS", "BUG_BLOCK_SIZE"]

@@ -1,14 +1,227 @@
-"""Figures of the kernel chapters (7 and 8): how close the paged decode kernel gets to the memory's speed."""
+"""Figures of the kernel chapters (the GPU primer, 8 and 9): where a kernel's bytes live, and how fast.
+
+- :func:`gpu_memory_hierarchy`: the GPU primer's picture, HBM, L2, shared memory and registers.
+- :func:`decode_kernel_map`: chapter 8's decode grid, its tiles on their way up the memory
+  hierarchy, and the arithmetic intensity of decode against prefill and the GPU's ridge point.
+- :func:`split_k_ranges`: chapter 9's split-K ranges of each sequence and the log-sum-exp merge.
+- :func:`kernel_bandwidth`: the benchmark's achieved bandwidth against context length.
+
+``GPU_SPECS`` holds the datasheet numbers the figures draw; :func:`attention_intensity` and
+:func:`ridge_point` are the two numbers of a roofline argument.
+"""
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from .style import COLORS
 
-__all__ = ["kernel_bandwidth", "read_bench_csv"]
+__all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
+           "decode_kernel_map", "split_k_ranges", "kernel_bandwidth", "read_bench_csv"]
+
+# Vendor datasheet numbers, per GPU: streaming multiprocessors, DRAM (HBM, or GDDR6 on the T4) in GB
+# and GB/s, L2 in MB, shared memory (the SRAM a program's tiles live in) and registers per SM in KB,
+# dense fp16 tensor-core TFLOP/s.
+GPU_SPECS: dict[str, dict[str, float]] = {
+    "T4": dict(sms=40, dram_gb=16, dram_gbs=320, l2_mb=4, smem_kb=64, regs_kb=256,
+               fp16_tflops=65),
+    "A100 80GB": dict(sms=108, dram_gb=80, dram_gbs=2039, l2_mb=40, smem_kb=164, regs_kb=256,
+                      fp16_tflops=312),
+    "H100 SXM": dict(sms=132, dram_gb=80, dram_gbs=3350, l2_mb=50, smem_kb=228, regs_kb=256,
+                     fp16_tflops=989),
+}
+
+_MEM_COLOURS = {"dram": COLORS["kv"], "l2": COLORS["accent"], "smem": COLORS["shared"],
+                "regs": COLORS["tail"]}
+
+
+def attention_intensity(query_rows: int, group: int, elem_bytes: int = 2) -> float:
+    """FLOPs per byte of K/V read when ``query_rows`` tokens x ``group`` query heads use each K/V row.
+
+    A K/V row of ``head_dim`` numbers costs ``2 * head_dim * elem_bytes`` bytes (K and V) and feeds
+    ``2 * head_dim`` multiply-adds per query head and token (q . k, then p * v): 2 FLOPs each. Decode
+    is ``query_rows = 1``; a prefill chunk whose K/V rows are each read once has one row per token.
+    """
+    flops = 2 * 2 * query_rows * group          # per K/V element pair: (q.k + p.v) x 2 FLOPs x users
+    return flops / (2 * elem_bytes)
+
+
+def ridge_point(gpu: str) -> float:
+    """FLOPs per byte at which a kernel on ``gpu`` stops waiting for memory (peak FLOP/s / bandwidth)."""
+    spec = GPU_SPECS[gpu]
+    return spec["fp16_tflops"] * 1e12 / (spec["dram_gbs"] * 1e9)
+
+
+def split_ranges(seq_len: int, num_splits: int, tile: int) -> list[tuple[int, int]]:
+    """The token ranges [start, end) of split-K: equal shares rounded up to whole tiles (chapter 9).
+
+    The rule of ``pagedlib/kernels/split_k.py``; a range past a short sequence's end is empty.
+    """
+    share = math.ceil(math.ceil(seq_len / num_splits) / tile) * tile
+    return [(min(s * share, seq_len), min((s + 1) * share, seq_len)) for s in range(num_splits)]
+
+
+def _box(ax, x, y, w, h, colour, text="", *, alpha=1.0, size=10, text_colour="white", **kw):
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="black", lw=0.8, alpha=alpha,
+                           **kw))
+    if text:
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size,
+                color=text_colour)
+
+
+def _arrow(ax, start, end, colour="black", text="", **kw):
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, lw=1.6,
+                                 color=colour, **kw))
+    if text:
+        ax.text((start[0] + end[0]) / 2 + 0.12, (start[1] + end[1]) / 2, text, fontsize=10,
+                va="center", color=colour)
+
+
+def gpu_memory_hierarchy(gpu: str = "H100 SXM"):
+    """The GPU primer's picture: SMs with registers and shared memory, the L2, and DRAM below."""
+    spec = GPU_SPECS[gpu]
+    fig, ax = plt.subplots(figsize=(9, 5.6))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.2, 7.2)
+    ax.axis("off")
+    sm_w, gap = 2.0, 0.35
+    names = ["SM 0", "SM 1", "...", f"SM {int(spec['sms']) - 1}"]
+    for i, name in enumerate(names):
+        x = 0.3 + i * (sm_w + gap)
+        if name == "...":
+            ax.text(x + sm_w / 2, 5.3, "...", ha="center", va="center", fontsize=18)
+            continue
+        ax.add_patch(Rectangle((x, 3.9), sm_w, 3.0, facecolor="white", edgecolor="black", lw=1.2))
+        ax.text(x + sm_w / 2, 6.65, name, ha="center", va="center", fontsize=11, weight="bold")
+        ax.text(x + sm_w / 2, 6.25, "4 schedulers,\nwarps of 32 threads", ha="center", va="center",
+                fontsize=9)
+        _box(ax, x + 0.15, 4.95, sm_w - 0.3, 0.75, _MEM_COLOURS["regs"],
+             f"registers\n{spec['regs_kb']:.0f} KB", size=10, text_colour="black")
+        _box(ax, x + 0.15, 4.05, sm_w - 0.3, 0.75, _MEM_COLOURS["smem"],
+             f"shared mem.\n{spec['smem_kb']:.0f} KB", size=10)
+    _box(ax, 0.3, 2.45, 9.4, 0.9, _MEM_COLOURS["l2"], f"L2 cache: {spec['l2_mb']:.0f} MB, shared by "
+         f"all {spec['sms']:.0f} SMs", size=11, text_colour="black")
+    _box(ax, 0.3, 0.1, 9.4, 1.55, _MEM_COLOURS["dram"],
+         f"DRAM (HBM): {spec['dram_gb']:.0f} GB at {spec['dram_gbs']:,.0f} GB/s\n"
+         "model weights and the KV cache's pages live here", size=11)
+    _arrow(ax, (5.0, 1.7), (5.0, 2.4), text="every byte a kernel reads comes up from here")
+    _arrow(ax, (1.3, 3.4), (1.3, 3.85))
+    _arrow(ax, (8.35, 3.4), (8.35, 3.85))
+    ax.set_title(f"Inside a GPU ({gpu}): the higher, the smaller and faster", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+def decode_kernel_map(gpu: str = "H100 SXM", group: int = 4, chunk: int = 512):
+    """Chapter 8: the decode grid and its tiles in the memory hierarchy, and arithmetic intensity.
+
+    Left: a grid of (sequence, K/V head) programs, each on an SM, streams its sequence's pages from
+    DRAM through L2 into shared memory one tile at a time, and keeps the online softmax's m, l and
+    acc in registers. Right: FLOPs per byte of decode (GQA groups of 1, ``group`` and 2 x ``group``)
+    and of a prefill chunk of ``chunk`` tokens, against the ridge points of the GPUs in GPU_SPECS.
+    """
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 5.2), gridspec_kw=dict(width_ratios=[1.4, 1]))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 8.4)
+    ax.axis("off")
+    seq_colours = [COLORS["kv"], COLORS["padding"]]
+    # DRAM with the two sequences' pages scattered over it
+    _box(ax, 0.2, 0.1, 9.6, 1.9, "white")
+    ax.text(5.0, 1.7, "DRAM: KV-cache blocks of seq 0 and seq 1", fontsize=10, ha="center",
+            va="center")
+    for s, b in [(0, 0), (1, 1), (0, 3), (1, 5), (0, 6), (1, 8)]:
+        _box(ax, 0.5 + b * 1.0, 0.35, 0.8, 0.9, seq_colours[s], str(s), size=10)
+    _box(ax, 0.2, 2.5, 9.6, 0.8, _MEM_COLOURS["l2"], "L2 (shared)", size=10, text_colour="black")
+    # two SMs, each running one program of the grid
+    for i, colour in enumerate(seq_colours):
+        x = 0.3 + i * 5.0
+        ax.add_patch(Rectangle((x, 3.9), 4.4, 4.4, facecolor="white", edgecolor="black", lw=1.2))
+        ax.text(x + 2.2, 7.8, f"SM {i}: program\n(seq {i}, K/V head 0)", ha="center", va="center",
+                fontsize=10, weight="bold")
+        _box(ax, x + 0.2, 4.05, 4.0, 1.3, _MEM_COLOURS["smem"], "shared memory:\none K, V tile",
+             size=10)
+        _box(ax, x + 0.2, 5.7, 4.0, 1.4, _MEM_COLOURS["regs"], "registers:\nq, m, l, acc",
+             size=10, text_colour="black")
+        _arrow(ax, (x + 2.2, 2.05), (x + 2.2, 2.45), colour=colour)
+        _arrow(ax, (x + 2.2, 3.35), (x + 2.2, 4.0), colour=colour)
+        _arrow(ax, (x + 2.2, 5.35), (x + 2.2, 5.7), colour=colour)
+    ax.set_title("Decode grid: each program streams its pages, one tile per step", fontsize=11)
+
+    cases = [("decode\nMHA", 1, 1), (f"decode\nGQA {group}", 1, group),
+             (f"decode\nGQA {2 * group}", 1, 2 * group), (f"prefill\n{chunk} tok.", chunk, group)]
+    values = [attention_intensity(q, g) for _, q, g in cases]
+    bars = bx.bar(range(len(cases)), values, color=[COLORS["kv"]] * 3 + [COLORS["shared"]])
+    for b, v in zip(bars, values):
+        bx.text(b.get_x() + b.get_width() / 2, v * 1.15, f"{v:,.0f}", ha="center", fontsize=10)
+    for name, style in zip(GPU_SPECS, [":", "-.", "--"]):
+        bx.axhline(ridge_point(name), color=COLORS["external"], ls=style, lw=1.5,
+                   label=f"{name} ridge: {ridge_point(name):.0f}")
+    bx.set_yscale("log")
+    bx.set_ylim(0.5, max(values) * 4)
+    bx.set_xticks(range(len(cases)), [c[0] for c in cases], fontsize=10)
+    bx.set_ylabel("arithmetic intensity (FLOPs per byte)", fontsize=10)
+    bx.set_xlabel("fp16 attention (bars) vs GPUs (lines)", fontsize=10)
+    bx.set_title("Below the ridge: memory-bound", fontsize=11)
+    bx.legend(fontsize=9, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[float] | None = None):
+    """Chapter 9: each sequence's tokens cut into split-K ranges, and how one sequence's are merged.
+
+    Left: one row per sequence, its ranges (:func:`split_ranges`) coloured by split, empty ranges
+    marked. Right (when ``lses``, the log-sum-exps of the last sequence's ranges, are given): each
+    range's weight in the merge, softmax(lse), with empty ranges at 0.
+    """
+    palette = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
+               COLORS["padding"]]
+    ncols = 2 if lses is not None else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(9, 1.2 + 0.75 * len(seq_lens)), squeeze=False,
+                             gridspec_kw=dict(width_ratios=[2.2, 1][:ncols]))
+    ax = axes[0][0]
+    for row, n in enumerate(seq_lens):
+        for split, (start, end) in enumerate(split_ranges(n, num_splits, tile)):
+            colour = palette[split % len(palette)]
+            if end > start:
+                ax.barh(row, end - start, left=start, color=colour, edgecolor="white", height=0.6)
+                if end - start >= 0.06 * max(seq_lens):         # a label only where it fits
+                    ax.text((start + end) / 2, row, str(split), ha="center", va="center",
+                            fontsize=10, color="white")
+        empty = [s for s, (a, b) in enumerate(split_ranges(n, num_splits, tile)) if b <= a]
+        if empty:
+            ax.text(n + max(seq_lens) * 0.02, row, f"splits {empty[0]}-{empty[-1]} empty"
+                    if len(empty) > 1 else f"split {empty[0]} empty", va="center", fontsize=10,
+                    color=COLORS["external"])
+    ax.set_yticks(range(len(seq_lens)), [f"seq {i} ({n} tokens)" for i, n in enumerate(seq_lens)],
+                  fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(seq_lens) * 1.4)
+    ax.set_xlabel(f"token position (ranges rounded up to tiles of {tile})", fontsize=10)
+    ax.set_title(f"{num_splits} programs per sequence and K/V head", fontsize=11)
+    ax.legend(handles=[Patch(color=palette[s % len(palette)], label=f"split {s}")
+                       for s in range(num_splits)], fontsize=10, loc="upper right")
+    if lses is not None:
+        import torch
+        bx = axes[0][1]
+        weights = torch.tensor(lses, dtype=torch.float64).softmax(dim=0).tolist()
+        bx.bar(range(len(weights)), weights, color=[palette[s % len(palette)] for s in range(len(weights))])
+        for s, w in enumerate(weights):
+            bx.text(s, w + 0.02, f"{w:.2f}", ha="center", fontsize=10)
+        bx.set_ylim(0, 1.25)
+        bx.set_xticks(range(len(weights)), [f"{s}" for s in range(len(weights))], fontsize=10)
+        bx.set_xlabel("split", fontsize=10)
+        bx.set_ylabel("weight softmax(lse)", fontsize=10)
+        bx.set_title(f"Merge of seq {len(seq_lens) - 1}", fontsize=11)
+        bx.text(0.5, 0.93, "out = sum over r of\nweight_r x o_r", transform=bx.transAxes,
+                ha="center", va="top", fontsize=10)
+    fig.tight_layout()
+    return fig
+
 
 _BATCH_COLOURS = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
                   COLORS["padding"]]
@@ -52,7 +265,14 @@ def kernel_bandwidth(rows: list[dict], peak_gbs: float | None = None, gpu: str |
     where = f" on {gpu}" if gpu else ""
     ax.set_title(f"Decode attention{where}: paged kernel vs contiguous SDPA\n"
                  f"(bytes of K, V, query and output per second; block size {int(block_size)})")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+if __name__ == "__main__":      # python -m pagedlib.plots.kernels: the GPU primer's picture
+    out = Path(__file__).resolve().parents[2] / "book" / "images" / "gpu-memory-hierarchy.png"
+    out.parent.mkdir(exist_ok=True)
+    gpu_memory_hierarchy().savefig(out, dpi=200)
+    print(f"wrote {out}")

@@ -1,0 +1,119 @@
+"""The kernel-exercise checker: it launches a learner's kernel and says which case failed and how."""
+import torch
+import triton
+import triton.language as tl
+
+import pagedlib  # noqa: F401  (sets TRITON_INTERPRET before any kernel below is defined)
+from pagedlib.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED
+from pagedlib.exercises import ch08
+from pagedlib.exercises.kernel_checks import UNWRITTEN, compare_outputs, new_output, raises_not_implemented
+
+
+def test_compare_outputs_names_the_first_wrong_element():
+    want = torch.arange(6.0).reshape(2, 3)
+    got = want.clone()
+    got[1, 2] = 9.0
+    msg = compare_outputs(got, want)
+    assert "out[1, 2] = 9" in msg and "reference has 5" in msg and "1 of 6" in msg
+    assert compare_outputs(want.clone(), want) is None
+
+
+def test_compare_outputs_tells_a_nan_leak_from_an_unwritten_element():
+    want = torch.ones(4)
+    leak = want.clone()
+    leak[2] = float("nan")
+    assert "NaN leaked" in compare_outputs(leak, want) and "out[2]" in compare_outputs(leak, want)
+    unwritten = new_output((4,), torch.float32, torch.device("cpu"))
+    unwritten[:3] = 1.0
+    assert "out[3] was never written" in compare_outputs(unwritten, want)
+
+
+def test_compare_outputs_catches_a_store_outside_the_output():
+    out = new_output((4,), torch.float32, torch.device("cpu"))
+    out.copy_(torch.ones(4))
+    out._base[-1] = 0.0                                  # one element past the end of `out`
+    assert "outside `out`" in compare_outputs(out, torch.ones(4))
+
+
+def test_messages_never_dump_a_tensor():
+    want = torch.zeros(64, 64)
+    msg = compare_outputs(torch.ones(64, 64), want)
+    assert "tensor(" not in msg and len(msg) < 200
+
+
+def test_not_attempted_marker_is_found_in_kernels_and_plain_functions():
+    @triton.jit
+    def starter(out, BLOCK: tl.constexpr):
+        raise NotImplementedError  # delete this line
+
+    def plain(out):
+        return out
+    assert raises_not_implemented(starter.fn) and not raises_not_implemented(plain)
+    assert ch08.load_page.check(starter).state == NOT_ATTEMPTED
+
+
+def test_a_kernel_body_without_the_decorator_is_still_checked():
+    fn = ch08.load_page_kernel.fn
+    plain = fn.__wrapped__ if hasattr(fn, "__wrapped__") else fn
+    assert ch08.load_page.check(plain).state == CORRECT
+
+
+def test_a_kernel_that_raises_reports_the_case_and_the_error_in_one_line():
+    @triton.jit
+    def bad_shape(out, key_cache, block_table, seq_len, page, kv_head,
+                  stride_block, stride_token, stride_head,
+                  BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+        offsets = tl.arange(0, BLOCK_SIZE + 1)          # not a power of two
+        tl.store(out + offsets, offsets)
+
+    result = ch08.load_page.check(bad_shape)
+    assert result.state == INCORRECT and result.message.startswith("case 1 of 5")
+    assert "the kernel raised" in result.message and "\n" not in result.message
+
+
+def test_a_kernel_that_writes_nothing_is_told_so():
+    @triton.jit
+    def writes_nothing(out, key_cache, block_table, seq_len, page, kv_head,
+                       stride_block, stride_token, stride_head,
+                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+        pass
+
+    result = ch08.load_page.check(writes_nothing)
+    assert result.state == INCORRECT and "was never written" in result.message
+    assert UNWRITTEN not in (0.0, 1.0)
+
+
+def test_the_bug_prediction_matches_what_the_buggy_kernel_does():
+    case = ch08.fix_bug.kernel_cases[0]
+    got = ch08._launch_decode(ch08.buggy_decode, **case.inputs)          # [seqs, heads, dim]
+    wrong = [n for n, row in zip(ch08.BUG_LENGTHS, got) if torch.isnan(row).any()]
+    assert wrong == ch08.bug_lengths.reference == [9, 17]
+
+
+def test_a_kernel_exercise_needs_a_kernel_as_its_reference():
+    import pytest
+    from pagedlib.exercises.kernel_checks import KernelExercise
+    with pytest.raises(ValueError, match="@triton.jit"):
+        KernelExercise("test.not_a_kernel", "q", lambda: None, launch=lambda k: None, cases=[],
+                       wrong=[1])
+
+
+def test_a_kernel_that_never_ends_times_out_as_incorrect():
+    import time
+
+    from pagedlib.exercises.kernel_checks import KernelExercise
+
+    @triton.jit
+    def forever(out, key_cache, block_table, seq_len, page, kv_head,
+                stride_block, stride_token, stride_head,
+                BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+        i = 0
+        while i >= 0:
+            i += 1
+
+    ex = KernelExercise("test.forever", "q", ch08.load_page_kernel, launch=ch08.load_page.launch,
+                        cases=ch08.load_page.kernel_cases[:1], wrong=[forever], timeout=0.5)
+    start = time.perf_counter()
+    result = ex.check(forever)
+    assert result.state == INCORRECT and "more than 0.5 s" in result.message
+    assert time.perf_counter() - start < 5

@@ -1,0 +1,99 @@
+"""Kernel figures and the GPU primer: each figure draws its data; the primer's numbers are computed."""
+import re
+import struct
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from pagedlib.plots import kernels  # noqa: E402
+from pagedlib.plots.kernels import (GPU_SPECS, attention_intensity, ridge_point,  # noqa: E402
+                                    split_ranges)
+
+ROOT = Path(__file__).resolve().parent.parent
+PRIMER = ROOT / "book" / "gpu-primer.md"
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_intensity_and_ridge_point():
+    assert attention_intensity(1, 1) == 1.0            # fp16 decode, one query head per K/V head
+    assert attention_intensity(1, 4) == 4.0
+    assert attention_intensity(512, 4) == 2048.0
+    assert attention_intensity(1, 4, elem_bytes=4) == 2.0
+    assert round(ridge_point("H100 SXM")) == 295 and round(ridge_point("T4")) == 203
+
+
+@pytest.mark.parametrize("n,splits,tile", [(5, 4, 32), (300, 4, 32), (130, 4, 32), (1, 1, 16),
+                                           (1000, 7, 64), (64, 2, 32)])
+def test_split_ranges_cover_the_sequence_in_tiles(n, splits, tile):
+    ranges = split_ranges(n, splits, tile)
+    assert len(ranges) == splits and ranges[0][0] == 0 and ranges[-1][1] == n
+    for (a, b), (c, _) in zip(ranges, ranges[1:]):
+        assert b == c and a <= b
+    assert all(a % tile == 0 for a, b in ranges if b > a)
+
+
+def test_decode_kernel_map_draws_the_intensities_and_ridges():
+    fig = kernels.decode_kernel_map(group=4, chunk=512)
+    bx = fig.axes[1]
+    heights = [p.get_height() for p in bx.patches]
+    assert heights == [1.0, 4.0, 8.0, 2048.0]
+    assert len(bx.get_lines()) == len(GPU_SPECS) and bx.get_legend() is not None
+    assert bx.get_ylabel() and fig.axes[0].get_title()
+
+
+def test_split_k_ranges_draws_every_token_once():
+    lens = [5, 40, 130, 300]
+    fig = kernels.split_k_ranges(lens, 4, 32, lses=[1.0, 2.0, float("-inf"), 0.5])
+    ax, bx = fig.axes
+    widths = {}
+    for p in ax.patches:
+        row = round(p.get_y() + p.get_height() / 2)
+        widths[row] = widths.get(row, 0) + p.get_width()
+    assert [widths[r] for r in range(len(lens))] == lens
+    texts = [t.get_text() for t in ax.texts]
+    assert "splits 1-3 empty" in texts and ax.get_legend() is not None
+    weights = [p.get_height() for p in bx.patches]
+    assert weights[2] == 0 and abs(sum(weights) - 1) < 1e-9     # an empty range weighs nothing
+
+
+def test_gpu_memory_hierarchy_names_every_level():
+    fig = kernels.gpu_memory_hierarchy("H100 SXM")
+    text = " ".join(t.get_text() for t in fig.axes[0].texts)
+    for level in ("registers", "shared mem.", "L2 cache: 50 MB", "DRAM (HBM): 80 GB", "3,350 GB/s",
+                  "SM 131"):
+        assert level in text
+    assert fig.axes[0].get_title()
+
+
+def test_primer_numbers_are_the_computed_ones():
+    text = PRIMER.read_text()
+    for gpu, spec in GPU_SPECS.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {gpu} |"))
+        assert f"{spec['fp16_tflops']:.0f} TFLOP/s" in row and f"{spec['dram_gbs']:,.0f} GB/s" in row
+        assert f"{ridge_point(gpu):.0f} FLOPs per byte" in row
+    assert f"about {attention_intensity(1, 4):.0f} FLOPs per byte" in text
+    assert ridge_point("H100 SXM") / attention_intensity(1, 4) > 70 and "more than 70 times" in text
+    assert f"about {attention_intensity(512, 4):,.0f} FLOPs per byte" in text
+    h100, t4 = GPU_SPECS["H100 SXM"], GPU_SPECS["T4"]
+    assert f"has {h100['sms']:.0f}, the T4 on Colab has {t4['sms']:.0f}" in text
+    assert f"{h100['smem_kb']:.0f} KB per SM on an H100, {t4['smem_kb']:.0f} KB" in text
+    assert f"{h100['l2_mb']:.0f} MB on an H100, {t4['l2_mb']:.0f} MB on a T4" in text
+
+
+def test_primer_figure_is_sharp_and_described():
+    text = PRIMER.read_text()
+    image = re.search(r"```\{figure\} (\S+)", text).group(1)
+    data = (PRIMER.parent / image).read_bytes()
+    width = struct.unpack(">I", data[16:20])[0]          # PNG header: width in pixels
+    assert width >= 1600                                 # about 2x the book's column
+    alt = re.search(r":alt: (.+)", text).group(1)
+    assert len(alt) > 60 and not alt.endswith(".png")
