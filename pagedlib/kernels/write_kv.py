@@ -1,4 +1,4 @@
-"""Write new K/V rows into their cache slots (chapter 7).
+"""Write new K/V rows into their cache slots (chapter 8).
 
 Before attention runs, each new token's key and value rows go to the slot the block manager gave
 it: ``slot = block_id * block_size + offset``, so block ``slot // block_size``, row ``slot %
