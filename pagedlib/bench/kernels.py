@@ -340,7 +340,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.resources:
-        rows = print_resources(tuple(args.capability))
+        rows = resource_rows(tuple(args.capability), tuple(DTYPES), HEAD_DIMS, GROUPS, KERNELS)
+        print(format_table(rows))
         found = problems(rows)
         print("\n" + ("\n".join(found) if found else f"all {len(rows)} configurations: no spills, all fit"))
         print(f"reproduce: python -m pagedlib.bench kernels {' '.join(argv)}")

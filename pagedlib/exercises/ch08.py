@@ -7,10 +7,8 @@ import math
 
 import torch
 
+from ..attention import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
 from . import Exercise
-
-MIN_TOKENS_PER_SPLIT = 256   # the rule of pagedlib.attention.choose_num_splits, stated in the notebook
-MAX_SPLITS = 32
 
 
 def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,
@@ -78,18 +76,20 @@ num_splits = Exercise(
     "ch08.num_splits",
     "The single-pass kernel launches `num_seqs * num_kv_heads` programs. If that is at least `sms`, "
     "return 1. Otherwise return enough splits for about two programs per multiprocessor "
-    "(`ceil(2 * sms / programs)`), but no more than `max_seq_len // 256` (each split keeps at least 256 "
-    "tokens of the longest sequence), no more than 32, and never fewer than 1.",
+    f"(`ceil(2 * sms / programs)`), but no more than `max_seq_len // {MIN_TOKENS_PER_SPLIT}` (each split "
+    f"keeps at least {MIN_TOKENS_PER_SPLIT} tokens of the longest sequence), no more than {MAX_SPLITS}, and "
+    "never fewer than 1.",
     num_splits,
     cases=[(1, 8, 32768, 132), (64, 8, 4096, 132), (4, 8, 2048, 108), (2, 8, 512, 40), (1, 1, 100, 40),
            (16, 8, 8192, 132), (5, 8, 16384, 40), (1, 8, 1024, 132), (3, 4, 65536, 108)],
     hints=["Work it out for one sequence with 8 K/V heads on 132 multiprocessors: 8 programs, so about "
            "264 / 8 = 33 splits would give two programs per multiprocessor; then apply the two caps.",
            "`programs = num_seqs * num_kv_heads`; `1` if `programs >= sms`; else "
-           "`max(1, min(ceil(2 * sms / programs), max_seq_len // 256, 32))`."],
-    wrong=[lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), 32)),        # no token cap
-           lambda n, h, L, sms: 1 if n >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
-           lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), L // 256))],  # no cap of 32
+           f"`max(1, min(ceil(2 * sms / programs), max_seq_len // {MIN_TOKENS_PER_SPLIT}, {MAX_SPLITS}))`."],
+    wrong=[lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), MAX_SPLITS)),   # no token cap
+           lambda n, h, L, sms: 1 if n >= sms else max(1, min(math.ceil(2 * sms / n), L // MIN_TOKENS_PER_SPLIT,
+                                                               MAX_SPLITS)),             # programs = num_seqs
+           lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), L // MIN_TOKENS_PER_SPLIT))],  # no cap
 )
 
 __all__ = ["merge_partials", "num_splits"]
