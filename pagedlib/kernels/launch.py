@@ -20,7 +20,7 @@ KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within 
 CUDA_CORE_TILE = 16          # K/V tokens per step where the dots run on CUDA cores (a T4, or fp32)
 PREFILL_BLOCK_M = 32         # new tokens per prefill program on tensor cores ...
 CUDA_CORE_BLOCK_M = 16       # ... and on CUDA cores
-FOUR_WARP_ROWS = 16 * 128    # query rows x padded head dims that 4 warps hold without spilling
+FOUR_WARP_ACC = 16 * 128     # accumulator elements (query rows x padded head dim) 4 warps hold
 COPY_WARPS = 4               # merge and write_kv: element-wise kernels without a loop
 INTERPRETER = None           # the "capability" of the Triton interpreter (CPU): no registers to spill
 
@@ -87,9 +87,10 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
       thread may have and spills to memory; 16 tokens fit every head dim up to 256.
     - ``block_m``: 32 new tokens per prefill program on tensor cores, 16 on CUDA cores (the same
       register argument, for the query rows).
-    - ``num_warps``: 4 warps (128 threads) hold a ``[16, 128]`` fp32 accumulator in 16 registers a
-      thread; wider rows (head_dim 256) or bigger groups (more than 16 query heads per KV head) get
-      8 warps, so no thread holds more.
+    - ``num_warps``: 4 warps (128 threads) hold decode's ``[16, 128]`` fp32 accumulator in 16
+      registers a thread; wider rows (head_dim 256) or bigger groups (more than 16 query heads per
+      KV head) get 8 warps, so no thread holds more. Prefill uses the same count: its ``[32, 128]``
+      tile on tensor cores fits 4 warps too (``python -m pagedlib.bench kernels --resources``).
     - ``num_stages``: 3 from Ampere on, which copies tiles into shared memory asynchronously
       (``cp.async``): the next tiles' loads are in flight while this one is computed. A T4 has no
       asynchronous copy, so there is nothing to pipeline: 1.
@@ -105,7 +106,7 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
     async_copy = capability is INTERPRETER or tuple(capability) >= (8, 0)
     return LaunchConfig(head_dim=head_dim, head_dim_pad=head_dim_pad, group=group, group_pad=group_pad,
                         tile=tile, block_m=PREFILL_BLOCK_M if tensor_cores else CUDA_CORE_BLOCK_M,
-                        num_warps=4 if group_pad * head_dim_pad <= FOUR_WARP_ROWS else 8,
+                        num_warps=4 if group_pad * head_dim_pad <= FOUR_WARP_ACC else 8,
                         num_stages=3 if async_copy else 1,
                         dot_precision="ieee" if dtype == torch.float32 else "tf32")
 
@@ -119,18 +120,20 @@ def device_capability(device: torch.device) -> tuple[int, int] | None:
 
 # The keyword arguments of each kernel launch: one definition, used by the launchers in
 # pagedlib.attention and by the ahead-of-time compile of pagedlib.bench.kernels.
+def _loop_meta(cfg: LaunchConfig, block_size: int) -> dict:
+    """What every kernel that walks a sequence with ``attend_tiles`` takes."""
+    return dict(BLOCK_SIZE=block_size, TILE=cfg.tile, HEAD_DIM=cfg.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
+                DOT_PRECISION=cfg.dot_precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
 def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``decode_kernel`` and ``split_kernel``."""
-    return dict(GROUP=cfg.group, GROUP_PAD=cfg.group_pad, BLOCK_SIZE=block_size, TILE=cfg.tile,
-                HEAD_DIM=cfg.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad, DOT_PRECISION=cfg.dot_precision,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return dict(GROUP=cfg.group, GROUP_PAD=cfg.group_pad, **_loop_meta(cfg, block_size))
 
 
 def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``prefill_kernel``."""
-    return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, BLOCK_SIZE=block_size, TILE=cfg.tile,
-                HEAD_DIM=cfg.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad, DOT_PRECISION=cfg.dot_precision,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, **_loop_meta(cfg, block_size))
 
 
 def merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
