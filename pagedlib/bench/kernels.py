@@ -254,11 +254,9 @@ def format_table(rows: list[dict]) -> str:
 
 
 def print_resources(capabilities=CAPABILITIES, dtypes=tuple(DTYPES), head_dims=HEAD_DIMS, groups=GROUPS,
-                    kernels=KERNELS) -> list[dict]:
-    """Compile, print the table, return its rows (a notebook cell: ``print_resources((75, 90))``)."""
-    rows = resource_rows(capabilities, dtypes, head_dims, groups, kernels)
-    print(format_table(rows))
-    return rows
+                    kernels=KERNELS) -> None:
+    """Compile and print the table; a notebook cell: ``print_resources((75, 90), ("fp16",), groups=(8,))``."""
+    print(format_table(resource_rows(capabilities, dtypes, head_dims, groups, kernels)))
 
 
 def problems(rows: list[dict]) -> list[str]:

@@ -39,8 +39,8 @@ def split_kernel(partial_out, partial_lse, query, key_cache, value_cache, block_
     start = split * share
     end = tl.minimum(start + share, seq_len)                       # start >= end: an empty split
 
-    q, heads, q_mask = load_group_queries(query, seq, kv_head, stride_qs, stride_qh,
-                                          GROUP, GROUP_PAD, HEAD_DIM, HEAD_DIM_PAD)
+    q, heads, _ = load_group_queries(query, seq, kv_head, stride_qs, stride_qh,
+                                     GROUP, GROUP_PAD, HEAD_DIM, HEAD_DIM_PAD)
     q_pos = tl.full([GROUP_PAD], 0, tl.int32) + seq_len - 1       # the new token is the last one
 
     acc, m_i, l_i = attend_tiles(q, q_pos, start, end, block_tables + seq * stride_bt,
@@ -52,8 +52,7 @@ def split_kernel(partial_out, partial_lse, query, key_cache, value_cache, block_
     has_tokens = l_i > 0                                           # [GROUP_PAD]; False for an empty split
     lse = tl.where(has_tokens, m_i + tl.log(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
 
-    rows = tl.arange(0, GROUP_PAD)
-    row_ok = rows < GROUP
+    row_ok = tl.arange(0, GROUP_PAD) < GROUP                       # [GROUP_PAD] the group's real heads
     row = (seq * GROUP * tl.num_programs(1) + heads) * num_splits + split          # [GROUP_PAD]
     offs_d = tl.arange(0, HEAD_DIM_PAD)                            # all HEAD_DIM_PAD columns are stored
     tl.store(partial_out + row[:, None] * HEAD_DIM_PAD + offs_d[None, :], result, mask=row_ok[:, None])
