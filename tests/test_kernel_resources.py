@@ -149,3 +149,11 @@ def test_the_command_line_prints_the_table_and_judges_it(capsys, monkeypatch):
     assert printed[0] == bench.HEADER
     assert len(printed[1:printed.index("")]) == len(bench.KERNELS) * 2 * 2
     assert "no spills, all fit" in printed[-2]
+
+
+def test_without_resources_or_a_gpu_the_command_says_what_to_run(capsys):
+    import pagedlib
+    if pagedlib.runtime.DEVICE.type == "cuda":
+        pytest.skip("on a GPU the command times the neighbouring configurations")
+    assert bench.main([]) == 0
+    assert "--resources" in capsys.readouterr().out
