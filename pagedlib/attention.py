@@ -19,37 +19,18 @@ import triton
 from . import runtime
 from .attention_checks import CacheDims, check_decode, check_prefill, check_scale, check_write
 from .kernels.decode import decode_kernel
+from .kernels.launch import (MIN_DOT_ROWS, LaunchConfig, decode_meta, device_capability, kv_tile,
+                             launch_config, merge_meta, prefill_meta, write_meta)
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
 from .kernels.write_kv import write_kv_kernel
 
-MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows on older GPUs/Triton versions: pad the GQA group
-PREFILL_BLOCK_M = 32         # new tokens per prefill program
+# MIN_DOT_ROWS and kv_tile are defined in pagedlib.kernels.launch; chapter 8 imports them from here.
+__all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TOKENS_PER_SPLIT", "LaunchConfig", "choose_num_splits", "kv_tile",
+           "launch_config", "longest_chunk", "num_sms", "paged_attention", "paged_prefill", "write_kv"]
+
 MIN_TOKENS_PER_SPLIT = 256   # split-K: fewer tokens than this per split costs more in merging than it gains
 MAX_SPLITS = 32
-
-
-KV_TILE_BYTES = 16 * 1024    # one K (or V) tile: 16 KB keeps every kernel within a T4's 64 KB of shared memory
-
-
-def kv_tile(head_dim: int, dtype: torch.dtype = torch.float16) -> int:
-    """Tokens of K/V a program loads per step: as many as fit a 16 KB tile, between 16 and 64.
-
-    fp16: 64 tokens up to head_dim 128, 32 at head_dim 256. fp32 rows are twice as wide, so half as
-    many tokens (32 at head_dim 128, 16 at 256): with 64, the decode kernel would need 72 KB of
-    shared memory and fail to launch on a T4 (sm_75, 64 KB per program).
-    """
-    row_bytes = max(16, triton.next_power_of_2(head_dim)) * dtype.itemsize
-    return max(16, min(64, KV_TILE_BYTES // row_bytes))
-
-
-def _dot_precision(dtype: torch.dtype) -> str:
-    # fp32 tl.dot defaults to TF32 on GPUs (10-bit mantissa): ask for full fp32 instead
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
-def _num_warps(head_dim: int) -> int:
-    return 4 if head_dim <= 128 else 8
 
 
 def num_sms(device: torch.device) -> int:
@@ -92,9 +73,21 @@ def _check_compiled_device(device: torch.device) -> None:
                          f"cuda; got {device}. Move them with .to(pagedlib.DEVICE).")
 
 
+def _config(config: LaunchConfig | None, query: torch.Tensor, dims: CacheDims, num_heads: int) -> LaunchConfig:
+    """``launch_config`` for these inputs on their device, or the caller's own ``config``, checked."""
+    group = num_heads // dims.num_kv_heads
+    if config is None:
+        return launch_config(dims.head_dim, query.dtype, group, device_capability(query.device))
+    if not isinstance(config, LaunchConfig) or (config.head_dim, config.group) != (dims.head_dim, group):
+        raise ValueError(f"config must be a LaunchConfig for head_dim {dims.head_dim} and group {group} "
+                         f"(from pagedlib.kernels.launch.launch_config), or None to choose one; got {config!r}")
+    return config
+
+
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None, *,
-                    num_splits: int | None = None, validate: bool = True) -> torch.Tensor:
+                    num_splits: int | None = None, validate: bool = True,
+                    config: LaunchConfig | None = None) -> torch.Tensor:
     """Decode attention through a page table with a Triton kernel.
 
     ``query [num_seqs, num_heads, head_dim]``: one new token per sequence, attending to the first
@@ -102,13 +95,15 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     through ``block_tables [num_seqs, max_blocks]`` (int32) in ``key_cache`` / ``value_cache
     [num_blocks, block_size, num_kv_heads, head_dim]``. ``scale`` defaults to ``head_dim ** -0.5``.
     ``num_splits=1`` runs the single-pass kernel, ``k > 1`` splits each sequence into ``k`` ranges
-    (split-K), ``None`` picks from the batch, the table length and the GPU. Returns ``[num_seqs,
-    num_heads, head_dim]`` in the query's dtype.
+    (split-K), ``None`` picks from the batch, the table length and the GPU. ``config`` overrides
+    the tiles, warps and stages that ``launch_config`` would choose (for tuning experiments).
+    Returns ``[num_seqs, num_heads, head_dim]`` in the query's dtype.
     """
     dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
     scale = check_scale(scale, dims.head_dim)
     _check_num_splits(num_splits)
     _check_compiled_device(query.device)
+    cfg = _config(config, query, dims, num_heads)
     num_seqs = query.shape[0]
     out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [num_seqs, num_heads, head_dim]
     if num_seqs == 0:
@@ -118,46 +113,24 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         num_splits = choose_num_splits(num_seqs, dims.num_kv_heads, max_seq_len, num_sms(query.device))
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
+    # the arguments decode_kernel and split_kernel share, after their outputs
+    inputs = (query, key_cache, value_cache, block_tables, seq_lens, scale)
+    strides = (query.stride(0), query.stride(1))
+    cache_strides = (*_cache_strides(key_cache, value_cache), block_tables.stride(0))
+    meta = decode_meta(cfg, dims.block_size)
     if num_splits == 1:
-        _launch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads)
-    else:
-        _launch_split_k(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads,
-                        num_splits)
-    return out
-
-
-def _decode_meta(query: torch.Tensor, dims: CacheDims, num_heads: int) -> dict:
-    group = num_heads // dims.num_kv_heads
-    return dict(GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
-                BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim, query.dtype), HEAD_DIM=dims.head_dim,
-                HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
-                DOT_PRECISION=_dot_precision(query.dtype), num_warps=_num_warps(dims.head_dim))
-
-
-def _launch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads):
-    grid = (query.shape[0], dims.num_kv_heads)
-    decode_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, scale,
-                        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-                        *_cache_strides(key_cache, value_cache), block_tables.stride(0),
-                        **_decode_meta(query, dims, num_heads))
-
-
-def _launch_split_k(out, query, key_cache, value_cache, block_tables, seq_lens, scale, dims, num_heads,
-                    num_splits):
-    num_seqs = query.shape[0]
-    meta = _decode_meta(query, dims, num_heads)
-    head_dim_pad = meta["HEAD_DIM_PAD"]
-    partial_out = torch.empty(num_seqs, num_heads, num_splits, head_dim_pad,
+        decode_kernel[(num_seqs, dims.num_kv_heads)](out, *inputs, *strides, out.stride(0), out.stride(1),
+                                                     *cache_strides, **meta)
+        return out
+    partial_out = torch.empty(num_seqs, num_heads, num_splits, cfg.head_dim_pad,
                               dtype=torch.float32, device=query.device)   # [num_seqs, num_heads, splits, dim]
     partial_lse = torch.empty(num_seqs, num_heads, num_splits,
                               dtype=torch.float32, device=query.device)   # [num_seqs, num_heads, splits]
-    split_kernel[(num_seqs, dims.num_kv_heads, num_splits)](
-        partial_out, partial_lse, query, key_cache, value_cache, block_tables, seq_lens, scale, num_splits,
-        query.stride(0), query.stride(1), *_cache_strides(key_cache, value_cache), block_tables.stride(0),
-        **meta)
-    merge_kernel[(num_seqs, num_heads)](
-        out, partial_out, partial_lse, num_splits, out.stride(0), out.stride(1),
-        SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=dims.head_dim, HEAD_DIM_PAD=head_dim_pad)
+    split_kernel[(num_seqs, dims.num_kv_heads, num_splits)](partial_out, partial_lse, *inputs, num_splits,
+                                                            *strides, *cache_strides, **meta)
+    merge_kernel[(num_seqs, num_heads)](out, partial_out, partial_lse, num_splits, out.stride(0), out.stride(1),
+                                        **merge_meta(cfg, num_splits))
+    return out
 
 
 def longest_chunk(query_start_loc: torch.Tensor) -> int:
@@ -197,7 +170,7 @@ def _check_max_query_len(max_query_len, query_start_loc: torch.Tensor, num_token
 def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                   block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                   scale: float | None = None, *, max_query_len: int | None = None,
-                  validate: bool = True) -> torch.Tensor:
+                  validate: bool = True, config: LaunchConfig | None = None) -> torch.Tensor:
     """Causal attention for a chunk of new tokens per sequence, through a page table, with a Triton kernel.
 
     Sequence ``s`` owns rows ``query_start_loc[s] : query_start_loc[s + 1]`` (int32, ``[num_seqs +
@@ -210,13 +183,15 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
     GPU synchronisation per call); a caller that knows it (the engine built the batch on the host)
     passes it instead. A larger value (up to ``num_tokens``) only launches programs that exit at
     once; a smaller one would leave tokens without output, so it is refused: always where the shapes
-    show it, and against the real longest chunk when ``validate=True``.
+    show it, and against the real longest chunk when ``validate=True``. ``config`` overrides the
+    launch configuration, as in ``paged_attention``.
     """
     dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
                                     validate)
     scale = check_scale(scale, dims.head_dim)
     _check_max_query_len(max_query_len, query_start_loc, query.shape[0], validate)
     _check_compiled_device(query.device)
+    cfg = _config(config, query, dims, num_heads)
     out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [num_tokens, num_heads, head_dim]
     num_seqs = block_tables.shape[0]
     if num_seqs == 0 or query.shape[0] == 0:
@@ -225,14 +200,11 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
         max_query_len = longest_chunk(query_start_loc)                   # one device sync
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
-    grid = (num_seqs, num_heads, triton.cdiv(max_query_len, PREFILL_BLOCK_M))
+    grid = (num_seqs, num_heads, triton.cdiv(max_query_len, cfg.block_m))
     prefill_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale,
                          query.stride(0), query.stride(1), out.stride(0), out.stride(1),
                          *_cache_strides(key_cache, value_cache), block_tables.stride(0),
-                         GROUP=num_heads // dims.num_kv_heads, BLOCK_M=PREFILL_BLOCK_M,
-                         BLOCK_SIZE=dims.block_size, TILE=kv_tile(dims.head_dim, query.dtype),
-                         HEAD_DIM=dims.head_dim, HEAD_DIM_PAD=max(16, triton.next_power_of_2(dims.head_dim)),
-                         DOT_PRECISION=_dot_precision(query.dtype), num_warps=_num_warps(dims.head_dim))
+                         **prefill_meta(cfg, dims.block_size))
     return out
 
 
@@ -256,7 +228,4 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, va
     write_kv_kernel[(num_tokens,)](key, value, key_cache, value_cache, slot_mapping,
                                    key.stride(0), key.stride(1), value.stride(0), value.stride(1),
                                    *_cache_strides(key_cache, value_cache),
-                                   NUM_KV_HEADS=dims.num_kv_heads,
-                                   HEADS_PAD=triton.next_power_of_2(dims.num_kv_heads),
-                                   BLOCK_SIZE=dims.block_size, HEAD_DIM=dims.head_dim,
-                                   HEAD_DIM_PAD=triton.next_power_of_2(dims.head_dim))
+                                   **write_meta(dims.head_dim, dims.num_kv_heads, dims.block_size))

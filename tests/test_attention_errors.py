@@ -102,6 +102,21 @@ def test_bad_num_splits(num_splits):
         paged_attention(**good(), num_splits=num_splits)
 
 
+@pytest.mark.parametrize("group,head_dim", [(1, 16), (2, 32)])
+@pytest.mark.parametrize("fn", ["decode", "prefill"])
+def test_a_launch_config_for_other_shapes_is_refused(fn, group, head_dim):
+    """good() has group 2 (4 query heads over 2 KV heads) and head_dim 16: a config made for
+    anything else would launch the kernel with the wrong padding or GQA mapping."""
+    from pagedlib.kernels.launch import launch_config
+    config = launch_config(head_dim, torch.float32, group, None)
+    args = good() if fn == "decode" else good_prefill()
+    call = paged_attention if fn == "decode" else paged_prefill
+    with pytest.raises(ValueError, match="config must be a LaunchConfig for head_dim 16 and group 2"):
+        call(**args, config=config)
+    with pytest.raises(ValueError, match="config must be a LaunchConfig"):
+        call(**args, config=dict(tile=16))
+
+
 @pytest.mark.parametrize("bad_lens", [
     (5, 0),                                                   # an empty sequence: the kernel reads nothing
     pytest.param((5, 13), marks=pytest.mark.skipif(          # too long: the kernel reads past the table

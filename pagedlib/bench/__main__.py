@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ("memory", "attention", "engine")
+NAMES = ("memory", "attention", "kernels", "engine")
 
 
 def main(argv: list[str]) -> int:
@@ -10,6 +10,8 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m pagedlib.bench {{{'|'.join(NAMES)}}} [options]\n"
               "  memory     block manager throughput (allocate + free, prefix lookups)\n"
               "  attention  paged-attention kernels: time and bandwidth on a GPU, correctness on a CPU\n"
+              "  kernels    --resources: registers, spills, shared memory for sm_75/80/90 (no GPU needed);\n"
+              "             on a GPU: decode bandwidth of the chosen launch configuration and its neighbours\n"
               "  engine     serving engine: capacity and tokens/s vs reserve-max and static batching")
         return 2
     module = importlib.import_module(f"pagedlib.bench.{argv[0]}")

@@ -7,10 +7,8 @@ import math
 
 import torch
 
+from ..attention import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
 from . import Exercise
-
-MIN_TOKENS_PER_SPLIT = 256   # the rule of pagedlib.attention.choose_num_splits, stated in the notebook
-MAX_SPLITS = 32
 
 
 def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,

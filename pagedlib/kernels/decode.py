@@ -19,19 +19,46 @@ import triton.language as tl
 
 
 @triton.jit
-def attend_tiles(q, q_pos, acc, m_i, l_i, start, end, table_row,
+def load_group_queries(query, seq, kv_head, stride_qs, stride_qh,
+                       GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+                       HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    """The new token's query rows of the ``GROUP`` heads that share ``kv_head`` (GQA), as one tile.
+
+    Returns ``q [GROUP_PAD, HEAD_DIM_PAD]`` (padded rows and dims are 0), the rows' query heads
+    ``heads [GROUP_PAD]`` and ``q_mask [GROUP_PAD, HEAD_DIM_PAD]``, which also masks the output.
+    """
+    rows = tl.arange(0, GROUP_PAD)                                 # [GROUP_PAD] rows of the group
+    heads = kv_head * GROUP + rows                                 # their query heads
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q_mask = (rows < GROUP)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    q = tl.load(query + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=q_mask, other=0.0)                            # [GROUP_PAD, HEAD_DIM_PAD]
+    return q, heads, q_mask
+
+
+@triton.jit
+def normalise(acc, l_i):
+    """The softmax's last step, ``acc / l`` per row; a row that saw no token (``l = 0``) stays 0."""
+    return acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+
+
+@triton.jit
+def attend_tiles(q, q_pos, start, end, table_row,
                  key_cache, value_cache,
                  stride_kb, stride_kt, stride_vb, stride_vt, kv_head_k, kv_head_v,
                  scale,
                  BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Fold tokens ``start .. end - 1`` of one sequence into an online softmax.
+    """Attend query rows to tokens ``start .. end - 1`` of one sequence with an online softmax.
 
     q [ROWS, HEAD_DIM_PAD] query rows; q_pos [ROWS] the position of each row's token (a row sees
-    keys at positions <= its own: causal); acc [ROWS, HEAD_DIM_PAD], m_i [ROWS], l_i [ROWS] fp32
-    running state. ``table_row`` points at the sequence's block table row; ``kv_head_k`` /
-    ``kv_head_v`` are the KV head's offsets inside a cache row. Returns the new (acc, m_i, l_i).
+    keys at positions <= its own: causal). ``table_row`` points at the sequence's block table row;
+    ``kv_head_k`` / ``kv_head_v`` are the KV head's offsets inside a cache row. Returns the fp32
+    running state: unnormalised output acc [ROWS, HEAD_DIM_PAD], max m_i [ROWS], sum l_i [ROWS].
     """
+    acc = tl.zeros(q.shape, dtype=tl.float32)                      # [ROWS, HEAD_DIM_PAD]
+    m_i = tl.full([q.shape[0]], float("-inf"), dtype=tl.float32)   # [ROWS]
+    l_i = tl.zeros([q.shape[0]], dtype=tl.float32)                 # [ROWS]
     offs_t = tl.arange(0, TILE)                                    # [TILE]
     offs_d = tl.arange(0, HEAD_DIM_PAD)                            # [HEAD_DIM_PAD]
     d_ok = offs_d < HEAD_DIM
@@ -76,22 +103,16 @@ def decode_kernel(out, query, key_cache, value_cache, block_tables, seq_lens, sc
     kv_head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens + seq)
 
-    rows = tl.arange(0, GROUP_PAD)                                 # [GROUP_PAD] rows of the group
-    heads = kv_head * GROUP + rows                                 # their query heads
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q_mask = (rows < GROUP)[:, None] & (offs_d < HEAD_DIM)[None, :]
-    q = tl.load(query + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=q_mask, other=0.0)                            # [GROUP_PAD, HEAD_DIM_PAD]
+    q, heads, q_mask = load_group_queries(query, seq, kv_head, stride_qs, stride_qh,
+                                          GROUP, GROUP_PAD, HEAD_DIM, HEAD_DIM_PAD)
     q_pos = tl.full([GROUP_PAD], 0, tl.int32) + seq_len - 1       # the new token is the last one
 
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], dtype=tl.float32)
-    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-    acc, m_i, l_i = attend_tiles(q, q_pos, acc, m_i, l_i, 0, seq_len, block_tables + seq * stride_bt,
+    acc, m_i, l_i = attend_tiles(q, q_pos, 0, seq_len, block_tables + seq * stride_bt,
                                  key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
                                  kv_head * stride_kh, kv_head * stride_vh, scale,
                                  BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
 
-    result = acc / l_i[:, None]                                    # [GROUP_PAD, HEAD_DIM_PAD]
+    result = normalise(acc, l_i)                                   # [GROUP_PAD, HEAD_DIM_PAD]
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
     tl.store(out + seq * stride_os + heads[:, None] * stride_oh + offs_d[None, :],
              result.to(out.dtype.element_ty), mask=q_mask)

@@ -13,7 +13,7 @@ of a chunk of one token. Keys past the tile's last position are never loaded.
 import triton
 import triton.language as tl
 
-from .decode import attend_tiles
+from .decode import attend_tiles, normalise
 
 
 @triton.jit
@@ -50,14 +50,11 @@ def prefill_kernel(out, query, key_cache, value_cache, block_tables, seq_lens, q
     end = tl.minimum(cached + (m_block + 1) * BLOCK_M, seq_len)
     end = tl.where(m_block * BLOCK_M < chunk_len, end, 0)
 
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc, m_i, l_i = attend_tiles(q, q_pos, acc, m_i, l_i, 0, end, block_tables + seq * stride_bt,
+    acc, m_i, l_i = attend_tiles(q, q_pos, 0, end, block_tables + seq * stride_bt,
                                  key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
                                  kv_head * stride_kh, kv_head * stride_vh, scale,
                                  BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
 
-    result = acc / tl.where(row_ok, l_i, 1.0)[:, None]             # [BLOCK_M, HEAD_DIM_PAD]
+    result = normalise(acc, l_i)                                   # [BLOCK_M, HEAD_DIM_PAD]
     tl.store(out + (first_row + i)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              result.to(out.dtype.element_ty), mask=q_mask)

@@ -13,7 +13,7 @@ each sequence's tokens into ``num_splits`` ranges and give each range its own pr
 import triton
 import triton.language as tl
 
-from .decode import attend_tiles
+from .decode import attend_tiles, load_group_queries, normalise
 
 
 @triton.jit
@@ -39,27 +39,22 @@ def split_kernel(partial_out, partial_lse, query, key_cache, value_cache, block_
     start = split * share
     end = tl.minimum(start + share, seq_len)                       # start >= end: an empty split
 
-    rows = tl.arange(0, GROUP_PAD)
-    heads = kv_head * GROUP + rows                                 # [GROUP_PAD]
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    row_ok = rows < GROUP
-    q = tl.load(query + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0)   # [GROUP_PAD, HEAD_DIM_PAD]
-    q_pos = tl.full([GROUP_PAD], 0, tl.int32) + seq_len - 1
+    q, heads, _ = load_group_queries(query, seq, kv_head, stride_qs, stride_qh,
+                                     GROUP, GROUP_PAD, HEAD_DIM, HEAD_DIM_PAD)
+    q_pos = tl.full([GROUP_PAD], 0, tl.int32) + seq_len - 1       # the new token is the last one
 
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], dtype=tl.float32)
-    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-    acc, m_i, l_i = attend_tiles(q, q_pos, acc, m_i, l_i, start, end, block_tables + seq * stride_bt,
+    acc, m_i, l_i = attend_tiles(q, q_pos, start, end, block_tables + seq * stride_bt,
                                  key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
                                  kv_head * stride_kh, kv_head * stride_vh, scale,
                                  BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
 
+    result = normalise(acc, l_i)                                   # [GROUP_PAD, HEAD_DIM_PAD]; 0 if empty
     has_tokens = l_i > 0                                           # [GROUP_PAD]; False for an empty split
-    result = tl.where(has_tokens[:, None], acc / tl.where(has_tokens, l_i, 1.0)[:, None], 0.0)
     lse = tl.where(has_tokens, m_i + tl.log(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
 
+    row_ok = tl.arange(0, GROUP_PAD) < GROUP                       # [GROUP_PAD] the group's real heads
     row = (seq * GROUP * tl.num_programs(1) + heads) * num_splits + split          # [GROUP_PAD]
+    offs_d = tl.arange(0, HEAD_DIM_PAD)                            # all HEAD_DIM_PAD columns are stored
     tl.store(partial_out + row[:, None] * HEAD_DIM_PAD + offs_d[None, :], result, mask=row_ok[:, None])
     tl.store(partial_lse + row, lse, mask=row_ok)
 

@@ -1,0 +1,149 @@
+"""How the attention kernels are launched (chapter 9): tile sizes, warps and pipeline stages.
+
+A Triton kernel's speed and whether it runs at all depend on numbers chosen at launch, not in the
+kernel: how many K/V tokens a program loads per step (``TILE``), how many new tokens a prefill
+program owns (``BLOCK_M``), how many warps share the work (``num_warps``) and how many tiles the
+compiler loads ahead (``num_stages``). ``launch_config`` chooses all of them from the head dim, the
+dtype, the GQA group and the GPU's compute capability; every launcher in ``pagedlib.attention``
+uses it, and ``python -m pagedlib.bench kernels --resources`` compiles every kernel with exactly
+these choices to show the registers, spills and shared memory they cost on a T4, an A100 and an H100.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: the GQA group is padded to 16 query rows
+KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
+CUDA_CORE_TILE = 16          # K/V tokens per step where the dots run on CUDA cores (a T4, or fp32)
+PREFILL_BLOCK_M = 32         # new tokens per prefill program on tensor cores ...
+CUDA_CORE_BLOCK_M = 16       # ... and on CUDA cores
+FOUR_WARP_ACC = 16 * 128     # accumulator elements (query rows x padded head dim) 4 warps hold
+COPY_WARPS = 4               # merge and write_kv: element-wise kernels without a loop
+INTERPRETER = None           # the "capability" of the Triton interpreter (CPU): no registers to spill
+
+
+def pad_head_dim(head_dim: int) -> int:
+    """``HEAD_DIM_PAD``: a power of two, at least 16 (tl.arange needs a power of two, tl.dot 16)."""
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def pad_group(group: int) -> int:
+    """``GROUP_PAD``: the query rows of one GQA group, padded to a power of two of at least ``MIN_DOT_ROWS``."""
+    return max(MIN_DOT_ROWS, triton.next_power_of_2(group))
+
+
+def kv_tile(head_dim: int, dtype: torch.dtype = torch.float16) -> int:
+    """Tokens of K/V per step on tensor cores: as many as fit a 16 KB tile, between 16 and 64.
+
+    fp16 and bf16: 64 tokens up to head_dim 128, 32 at head_dim 256. fp32 rows are twice as wide,
+    so half as many (32 at head_dim 128, 16 at 256), but fp32 dots never run on tensor cores here
+    (see ``launch_config``), so ``CUDA_CORE_TILE`` caps them anyway.
+    """
+    row_bytes = pad_head_dim(head_dim) * dtype.itemsize
+    return max(16, min(64, KV_TILE_BYTES // row_bytes))
+
+
+def uses_tensor_cores(dtype: torch.dtype, capability: tuple[int, int] | None) -> bool:
+    """True where Triton compiles the kernels' ``tl.dot`` to tensor-core instructions (mma).
+
+    Ampere (sm_80) and newer, for fp16 and bf16. A T4 (sm_75) gets dots made of fused multiply-adds
+    on CUDA cores with this Triton, and so does fp32 everywhere: the kernels ask for full fp32
+    precision (``input_precision="ieee"``), which tensor cores do not offer. The interpreter counts
+    as tensor cores: it has no registers, and bigger tiles mean fewer interpreted steps.
+    """
+    if capability is INTERPRETER:
+        return True
+    return tuple(capability) >= (8, 0) and dtype in (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Every number the attention kernels are launched with, besides the shapes of the inputs."""
+
+    head_dim: int
+    head_dim_pad: int        # HEAD_DIM_PAD
+    group: int               # GROUP: query heads per KV head
+    group_pad: int           # GROUP_PAD: decode rows per program
+    tile: int                # TILE: K/V tokens per step of the loop
+    block_m: int             # BLOCK_M: new tokens per prefill program
+    num_warps: int           # decode, split-K and prefill; merge and write_kv use COPY_WARPS
+    num_stages: int          # tiles loaded ahead by the software pipeline
+    dot_precision: str       # "ieee" (true fp32) or "tf32" (ignored for fp16 and bf16)
+
+
+def launch_config(head_dim: int, dtype: torch.dtype, group: int,
+                  capability: tuple[int, int] | None) -> LaunchConfig:
+    """Tile sizes, warps and pipeline stages for one model shape on one GPU.
+
+    ``capability`` is the GPU's ``(major, minor)`` compute capability (``(7, 5)`` for a T4,
+    ``(9, 0)`` for an H100), or ``None`` for the interpreter. Why each choice:
+
+    - ``tile``: on tensor cores, ``kv_tile``'s 16 KB: big tiles mean few loop steps, and the data
+      passes through shared memory. On CUDA cores (a T4; fp32) each thread keeps whole rows of both
+      operands of every dot in registers, so a 64-token tile needs more than the 255 registers a
+      thread may have and spills to memory; 16 tokens fit every head dim up to 256.
+    - ``block_m``: 32 new tokens per prefill program on tensor cores, 16 on CUDA cores (the same
+      register argument, for the query rows).
+    - ``num_warps``: 4 warps (128 threads) hold decode's ``[16, 128]`` fp32 accumulator in 16
+      registers a thread; wider rows (head_dim 256) or bigger groups (more than 16 query heads per
+      KV head) get 8 warps, so no thread holds more. Prefill uses the same count: its ``[32, 128]``
+      tile on tensor cores fits 4 warps too (``python -m pagedlib.bench kernels --resources``).
+    - ``num_stages``: 3 from Ampere on, which copies tiles into shared memory asynchronously
+      (``cp.async``): the next tiles' loads are in flight while this one is computed. A T4 has no
+      asynchronous copy, so there is nothing to pipeline: 1.
+    - ``dot_precision``: fp32 inputs ask for "ieee", or the GPU would round them to TF32.
+    """
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be an int >= 1; got {head_dim!r}")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise ValueError(f"group (num_heads // num_kv_heads) must be an int >= 1; got {group!r}")
+    tensor_cores = uses_tensor_cores(dtype, capability)
+    head_dim_pad, group_pad = pad_head_dim(head_dim), pad_group(group)
+    tile = kv_tile(head_dim, dtype) if tensor_cores else min(kv_tile(head_dim, dtype), CUDA_CORE_TILE)
+    async_copy = capability is INTERPRETER or tuple(capability) >= (8, 0)
+    return LaunchConfig(head_dim=head_dim, head_dim_pad=head_dim_pad, group=group, group_pad=group_pad,
+                        tile=tile, block_m=PREFILL_BLOCK_M if tensor_cores else CUDA_CORE_BLOCK_M,
+                        num_warps=4 if group_pad * head_dim_pad <= FOUR_WARP_ACC else 8,
+                        num_stages=3 if async_copy else 1,
+                        dot_precision="ieee" if dtype == torch.float32 else "tf32")
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """The compute capability of a CUDA device, or ``INTERPRETER`` (None) for tensors on the CPU."""
+    if device.type != "cuda":
+        return INTERPRETER
+    return torch.cuda.get_device_capability(device)
+
+
+# The keyword arguments of each kernel launch: one definition, used by the launchers in
+# pagedlib.attention and by the ahead-of-time compile of pagedlib.bench.kernels.
+def _loop_meta(cfg: LaunchConfig, block_size: int) -> dict:
+    """What every kernel that walks a sequence with ``attend_tiles`` takes."""
+    return dict(BLOCK_SIZE=block_size, TILE=cfg.tile, HEAD_DIM=cfg.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
+                DOT_PRECISION=cfg.dot_precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
+    """Constexprs and options of ``decode_kernel`` and ``split_kernel``."""
+    return dict(GROUP=cfg.group, GROUP_PAD=cfg.group_pad, **_loop_meta(cfg, block_size))
+
+
+def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
+    """Constexprs and options of ``prefill_kernel``."""
+    return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, **_loop_meta(cfg, block_size))
+
+
+def merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
+    """Constexprs and options of ``merge_kernel`` (the partial outputs are ``head_dim_pad`` wide)."""
+    return dict(SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=cfg.head_dim,
+                HEAD_DIM_PAD=cfg.head_dim_pad, num_warps=COPY_WARPS, num_stages=1)
+
+
+def write_meta(head_dim: int, num_kv_heads: int, block_size: int) -> dict:
+    """Constexprs and options of ``write_kv_kernel``."""
+    return dict(NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+                BLOCK_SIZE=block_size, HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_head_dim(head_dim),
+                num_warps=COPY_WARPS, num_stages=1)
