@@ -7,3 +7,4 @@ from .kernels import *  # noqa: F401,F403
 from .sim import *  # noqa: F401,F403
 from .engine import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
+from .pages import *  # noqa: F401,F403
