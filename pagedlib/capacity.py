@@ -286,8 +286,11 @@ def _gib(x: float) -> int:
 # old ones, e.g. a T4 read 14.75 GiB on 2022-23 Colab drivers and 14.56 GiB on 2025-26 ones: we keep
 # the current figure). ``nvidia_smi_mib``: the Memory-Usage total that nvidia-smi prints for the same
 # GPU. Two rows are derived, not read: the L4 (nvidia-smi's 23,034 MiB less the 0.44 GiB that the
-# driver keeps on a T4 of the same memory type) and the H200 (nvidia-smi's 143,771 MiB less the
-# 0.6 GiB it keeps on an H100). Measure yours with ``torch.cuda.mem_get_info()``.
+# driver keeps on a T4, also GDDR6) and the H200 (nvidia-smi's 143,771 MiB less about 0.6 GiB, a little
+# more than the 0.54 GiB it keeps on an H100). Measure yours with ``torch.cuda.mem_get_info()``.
+# Sources: the "GPU 0 has a total capacity of ..." lines of public PyTorch OOM reports (T4 14.56 GiB,
+# A10G 22.20, A100-40GB 39.50, A100-80GB 79.25, H100-80GB 79.11) and nvidia-smi printouts in the same
+# kind of reports; tests/test_capacity.py checks that every row sits below its nvidia-smi total.
 GPUS: dict[str, GPU] = {g.name: g for g in [
     GPU("T4", _gib(14.56), 15_360, "16 GB"),          # Colab's free GPU; 14.75 GiB on older drivers
     GPU("L4", _gib(22.05), 23_034, "24 GB"),          # derived (see above)
