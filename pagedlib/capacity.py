@@ -10,7 +10,8 @@ requests fit a GPU then depends on how the cache is laid out:
   only the whole pages it fills (:func:`pages_for`), so it wastes less than one page.
 
 A :class:`Plan` reports the token slots used and allocated, the waste and the capacity of a pool.
-:func:`blocks_for_gpu` turns a GPU's memory into a number of KV blocks the way serving engines do.
+:func:`usable_memory` is the one rule for how much of a GPU an engine takes (:data:`GPU_MEMORY_UTILIZATION`);
+:func:`blocks_for_gpu` turns that into a number of KV blocks the way serving engines do.
 
 >>> lengths = [512, 37, 1900, 128, 4]
 >>> reserve_max_plan(lengths, max_len=2048).capacity(40_960), paged_plan(lengths, 16).capacity(40_960)
@@ -23,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
-           "MODELS", "model_spec", "GPU", "GPUS", "blocks_for_gpu", "GiB", "KiB"]
+           "MODELS", "model_spec", "GPU", "GPUS", "GPU_MEMORY_UTILIZATION", "usable_memory",
+           "blocks_for_gpu", "GiB", "KiB"]
 
 KiB = 1024
 GiB = 1024 ** 3
@@ -256,37 +258,71 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 # ---- GPUs --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GPU:
-    """A GPU model and its memory in bytes, as sold (e.g. "A100 80 GB" has 80 GiB).
+    """A GPU model and the memory a program can really use on it.
 
-    What ``torch.cuda.mem_get_info`` reports is a little less (ECC and the driver keep some).
+    ``memory_bytes`` is what PyTorch reports as the device's total
+    (``torch.cuda.mem_get_info()[1]``, the figure in its out-of-memory messages), which is what a
+    serving engine multiplies by its memory-utilisation fraction. It is less than the box says:
+    ``nvidia_smi_mib`` is the total ``nvidia-smi`` prints, and the driver keeps a few hundred MiB of
+    that for itself (ECC and reserved memory). ``sold_as`` is the marketing name, in decimal GB.
     """
     name: str
     memory_bytes: int
+    nvidia_smi_mib: int
+    sold_as: str
 
     @property
     def memory_gib(self) -> float:
+        """Usable memory in GiB (2**30 bytes)."""
         return self.memory_bytes / GiB
 
 
+def _gib(x: float) -> int:
+    return round(x * GiB)
+
+
+# Usable capacities. ``memory_bytes``: the "total capacity" that PyTorch's CUDA out-of-memory messages
+# report for each GPU in public bug reports (to 0.01 GiB; recent drivers reserve a little more than
+# old ones, e.g. a T4 read 14.75 GiB on 2022-23 Colab drivers and 14.56 GiB on 2025-26 ones: we keep
+# the current figure). ``nvidia_smi_mib``: the Memory-Usage total that nvidia-smi prints for the same
+# GPU. Two rows are derived, not read: the L4 (nvidia-smi's 23,034 MiB less the 0.44 GiB that the
+# driver keeps on a T4, also GDDR6) and the H200 (nvidia-smi's 143,771 MiB less about 0.6 GiB, a little
+# more than the 0.54 GiB it keeps on an H100). Measure yours with ``torch.cuda.mem_get_info()``.
+# Sources: the "GPU 0 has a total capacity of ..." lines of public PyTorch OOM reports (T4 14.56 GiB,
+# A10G 22.20, A100-40GB 39.50, A100-80GB 79.25, H100-80GB 79.11) and nvidia-smi printouts in the same
+# kind of reports; tests/test_capacity.py checks that every row sits below its nvidia-smi total.
 GPUS: dict[str, GPU] = {g.name: g for g in [
-    GPU("T4", 16 * GiB),           # Colab's free GPU
-    GPU("L4", 24 * GiB),
-    GPU("A10G", 24 * GiB),
-    GPU("A100-40GB", 40 * GiB),    # the PagedAttention paper's OPT-13B GPU
-    GPU("A100-80GB", 80 * GiB),
-    GPU("H100-80GB", 80 * GiB),
-    GPU("H200", 141 * GiB),
+    GPU("T4", _gib(14.56), 15_360, "16 GB"),          # Colab's free GPU; 14.75 GiB on older drivers
+    GPU("L4", _gib(22.05), 23_034, "24 GB"),          # derived (see above)
+    GPU("A10G", _gib(22.20), 23_028, "24 GB"),
+    GPU("A100-40GB", _gib(39.50), 40_960, "40 GB"),   # the PagedAttention paper's OPT-13B GPU
+    GPU("A100-80GB", _gib(79.25), 81_920, "80 GB"),
+    GPU("H100-80GB", _gib(79.11), 81_559, "80 GB"),
+    GPU("H200", _gib(139.81), 143_771, "141 GB"),     # derived (see above)
 ]}
+
+# The share of a GPU's memory a serving engine takes for weights, activations and the KV cache:
+# vLLM's ``gpu_memory_utilization`` default. Every capacity in the course uses this one rule.
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+def usable_memory(gpu: int | str, utilization: float = GPU_MEMORY_UTILIZATION) -> int:
+    """Bytes an engine may use on ``gpu`` (a byte count or a key of :data:`GPUS`):
+    ``int(memory * utilization)``, the budget that the weights, the activations and the KV cache share."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1]; got {utilization!r}")
+    return int(_gpu_bytes(gpu) * utilization)
 
 
 def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size: int = 16,
-                   utilization: float = 0.9, weights_bytes: int | None = None,
+                   utilization: float = GPU_MEMORY_UTILIZATION, weights_bytes: int | None = None,
                    activation_bytes: int = 0) -> int:
     """How many KV blocks of ``block_size`` tokens fit a GPU, as serving engines size their cache.
 
-    The engine may use ``gpu_mem_bytes * utilization`` of the memory; the weights (default: the
-    model's ``num_params * dtype_bytes``) and the peak activations of a forward pass come first, and
-    what remains is cut into blocks of ``block_size * kv_bytes_per_token`` bytes (vLLM's
+    The engine may use ``usable_memory(gpu_mem_bytes, utilization)`` of the memory; the weights
+    (default: the model's ``num_params * dtype_bytes``) and what the engine's profiling run measures
+    besides them (``activation_bytes``: peak activations, and in vLLM also non-torch memory such as
+    the CUDA context, NCCL and cuBLAS workspaces, and CUDA-graph memory) come first, and what remains is cut into blocks of ``block_size * kv_bytes_per_token`` bytes (vLLM's
     ``num_gpu_blocks``). ``model`` may be a :class:`ModelSpec` or a key of :data:`MODELS`,
     ``gpu_mem_bytes`` a byte count or a key of :data:`GPUS`. Returns 0 when the weights do not fit.
     """
@@ -301,7 +337,7 @@ def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size:
     if weights_bytes is not None and weights_bytes < 0:
         raise ValueError(f"weights_bytes must be >= 0, or None for the model's own; got {weights_bytes!r}")
     weights = spec.weights_bytes if weights_bytes is None else weights_bytes
-    budget = int(mem * utilization) - weights - activation_bytes
+    budget = usable_memory(mem, utilization) - weights - activation_bytes
     return max(budget, 0) // spec.block_bytes(block_size)
 
 

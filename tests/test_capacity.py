@@ -2,7 +2,8 @@
 import pytest
 
 import pagedlib
-from pagedlib.capacity import GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu, pages_for
+from pagedlib.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
+                               pages_for, usable_memory)
 
 SEED = [512, 37, 1900, 128, 4]
 
@@ -78,9 +79,37 @@ def test_kv_bytes_per_token():
     assert spec.block_bytes(16) == 16 * spec.kv_bytes_per_token
 
 
-def test_gpus_table():
-    assert GPUS["T4"].memory_bytes == 16 * GiB and GPUS["H200"].memory_gib == 141
-    assert {"L4", "A10G", "A100-40GB", "A100-80GB", "H100-80GB"} <= set(GPUS)
+def test_gpus_table_holds_usable_not_marketed_capacities():
+    # a T4 is sold as 16 GB, nvidia-smi shows 15,360 MiB, torch reports about 14.6 GiB
+    t4 = GPUS["T4"]
+    assert t4.nvidia_smi_mib == 15_360 and t4.sold_as == "16 GB"
+    assert 14.5 < t4.memory_gib < 14.8
+    assert {"L4", "A10G", "A100-40GB", "A100-80GB", "H100-80GB", "H200"} <= set(GPUS)
+    for gpu in GPUS.values():
+        smi_bytes = gpu.nvidia_smi_mib * 2**20
+        # usable is below what nvidia-smi shows, by the driver's few hundred MiB (never more than 1 GiB)
+        assert smi_bytes - GiB < gpu.memory_bytes < smi_bytes, gpu.name
+    assert GPUS["A100-80GB"].memory_gib < 80 and GPUS["H200"].memory_gib < 141
+
+
+def test_llama_3_8b_does_not_fit_a_t4():
+    weights = MODELS["llama-3-8b"].weights_bytes
+    assert weights > GPUS["T4"].memory_bytes                  # not even at 100% of the memory
+    assert blocks_for_gpu("llama-3-8b", "T4") == 0
+    assert blocks_for_gpu("llama-3-8b", "L4") > 0
+
+
+def test_one_memory_utilisation_rule():
+    assert GPU_MEMORY_UTILIZATION == 0.9                      # vLLM's gpu_memory_utilization default
+    assert usable_memory("T4") == int(GPUS["T4"].memory_bytes * 0.9)
+    assert usable_memory(10**9, 1.0) == 10**9
+    spec = MODELS["gpt2"]
+    budget = usable_memory("A100-40GB") - spec.weights_bytes
+    assert blocks_for_gpu("gpt2", "A100-40GB") == budget // spec.block_bytes(16)
+    with pytest.raises(ValueError, match="utilization"):
+        usable_memory("T4", 0)
+    with pytest.raises(KeyError, match="unknown GPU"):
+        usable_memory("B300")
 
 
 def test_blocks_for_gpu_follows_the_engine_formula():
@@ -88,8 +117,10 @@ def test_blocks_for_gpu_follows_the_engine_formula():
     mem, act = 40 * GiB, 2 * GiB
     expected = (int(mem * 0.9) - spec.weights_bytes - act) // (16 * spec.kv_bytes_per_token)
     assert blocks_for_gpu("opt-13b", mem, 16, activation_bytes=act) == expected
+    usable = int(GPUS["A100-40GB"].memory_bytes * 0.9)
+    expected = (usable - spec.weights_bytes - act) // (16 * spec.kv_bytes_per_token)
     assert blocks_for_gpu(spec, "A100-40GB", 16, activation_bytes=act) == expected
-    # the paper's setup: about 12 GiB of cache on an A100-40GB, i.e. about 15.7K token slots
+    # the paper's setup: about 12 GB of cache on an A100-40GB, i.e. about 15.7K token slots
     slots = 16 * blocks_for_gpu("opt-13b", "A100-40GB", 16, utilization=1.0, weights_bytes=26 * 10**9,
                                 activation_bytes=int(3.7 * GiB))
     assert 15_000 < slots < 16_500

@@ -8,6 +8,7 @@ import pytest  # noqa: E402
 import pagedlib  # noqa: E402
 from pagedlib import plots  # noqa: E402
 from pagedlib.allocators import FirstFitAllocator, fragmenting_events  # noqa: E402
+from pagedlib.capacity import GPUS  # noqa: E402
 from pagedlib.plots.style import COLORS  # noqa: E402
 
 SEED = [512, 37, 1900, 128, 4]
@@ -91,7 +92,8 @@ def test_plot_kv_memory():
     assert "800 KiB" in fig._suptitle.get_text() and left.get_ylabel() and left.get_legend()
     gib = left.lines[0].get_ydata()
     assert gib[0] == pytest.approx(2048 * 819_200 / 2**30) and gib[1] == pytest.approx(2 * gib[0])
-    assert any(line.get_ydata()[0] == 40 for line in left.lines[1:])
+    assert any(line.get_ydata()[0] == GPUS["A100-40GB"].memory_gib for line in left.lines[1:])
+    assert GPUS["A100-40GB"].memory_gib < 40                     # usable, not as sold
     plt.close(fig)
     with pytest.raises(KeyError, match="pick one of"):
         plots.plot_kv_memory("gpt-5")

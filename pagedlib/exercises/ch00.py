@@ -1,7 +1,8 @@
-"""Chapter 0 exercise: the size of a Triton grid.
+"""Chapter 0 exercises: the size of a Triton grid, and the lanes its last program masks off.
 
-Convention for every chapter module: the reference solution is written as a plain function, then the
-same name is rebound to the Exercise built from it, so a notebook calls ``ex.num_programs.check(...)``.
+Convention for every chapter module: the reference solution is written as a plain function (or a
+value), then the same name is rebound to the Exercise built from it, so a notebook calls
+``ex.num_programs.check(...)``.
 """
 from . import Exercise
 
@@ -11,12 +12,58 @@ def num_programs(n: int, block: int) -> int:
     return (n + block - 1) // block
 
 
+def _diagnose_programs(answer, expected, args):
+    n, block = args
+    if answer == n // block and n % block:
+        return ("integer division rounds down and forgets the partly full last program: "
+                f"the {n % block} element(s) past the last full block need a program too.")
+    if answer == n // block + 1 and n % block == 0:
+        return f"{n} is a multiple of {block}: every program is full, none is left over."
+    return None
+
+
 num_programs = Exercise(
     "ch00.num_programs",
     "A kernel handles `block` elements per program. How many programs cover `n` elements?",
     num_programs,
     cases=[(1, 1024), (1024, 1024), (1025, 1024), (98_432, 1024), (0, 256), (7, 2)],
+    diagnose=_diagnose_programs,
     hints=["Every element needs a program, and the last program may be only partly full.",
-           "That is a division rounded up: `(n + block - 1) // block`, also `triton.cdiv(n, block)`."],
+           "Divide n by block and round UP; check n = 0 (no programs) and n = block (one).",
+           "`(n + block - 1) // block`, which is also what `triton.cdiv(n, block)` computes."],
     wrong=[lambda n, block: n // block, lambda n, block: n // block + 1],
+    explanation="Rounding up gives the partly full last program its own program; masks switch off "
+                "its extra lanes.",
+)
+
+# Predict: n = 1,500 elements on programs of BLOCK = 256 lanes.
+_N, _BLOCK = 1500, 256
+masked_lanes = -_N % _BLOCK          # 6 programs x 256 lanes = 1,536 lanes for 1,500 elements
+
+
+def _diagnose_masked(answer, expected):
+    programs = -(-_N // _BLOCK)
+    if answer == _N % _BLOCK:
+        return "that is how many lanes of the last program are ACTIVE; the question asks for the rest."
+    if answer == programs:
+        return "that is the number of programs; count the lanes past the end of the data instead."
+    if answer == programs * _BLOCK:
+        return "that is every lane of the grid; subtract the lanes that hold an element."
+    if answer == _N:
+        return "that is the lanes that hold an element; count the lanes past the end instead."
+    return None
+
+
+masked_lanes = Exercise(
+    "ch00.masked_lanes",
+    "Predict before you run anything: with n = 1,500 elements and BLOCK = 256, how many lanes of "
+    "the grid are masked off (switched off because they are past the end of the data)?",
+    masked_lanes,
+    diagnose=_diagnose_masked,
+    hints=["First count the programs: enough blocks of 256 to cover 1,500 elements.",
+           "The grid has programs x 256 lanes; 1,500 of them hold an element.",
+           "programs = ceil(1500 / 256); masked = programs * 256 - 1500."],
+    wrong=[220, 6, 1500],
+    explanation="Six programs of 256 give 1,536 lanes for 1,500 elements; only the last program "
+                "has masked lanes.",
 )

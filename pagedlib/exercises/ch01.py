@@ -1,10 +1,10 @@
-"""Chapter 1 exercises: the size of the KV cache.
+"""Chapter 1 exercises: the size of the KV cache, and how many requests fit a GPU.
 
-Reference solutions are plain functions; each name is then rebound to its Exercise, so a notebook
-calls ``ex.kv_bytes_per_token.check(my_function)``.
+Reference solutions are plain functions (or values); each name is then rebound to its Exercise, so
+a notebook calls ``ex.kv_bytes_per_token.check(my_function)``.
 """
 from . import Exercise
-from ..capacity import GPUS, MODELS, ModelSpec
+from ..capacity import GPU_MEMORY_UTILIZATION, GPUS, MODELS, ModelSpec
 
 
 def kv_bytes_per_token(spec: ModelSpec) -> int:
@@ -23,6 +23,8 @@ def _diagnose_bytes(answer, expected, args):
         return "that is bits; the question asks for bytes."
     if answer * spec.num_layers == expected:
         return "that is one layer; every layer keeps its own K and V."
+    if answer * spec.dtype_bytes == expected:
+        return "that counts elements; multiply by dtype_bytes for bytes."
     return None
 
 
@@ -39,43 +41,92 @@ kv_bytes_per_token = Exercise(
            "2 * num_layers * num_kv_heads * head_dim * dtype_bytes."],
     wrong=[lambda s: s.num_layers * s.num_kv_heads * s.head_dim * s.dtype_bytes,
            lambda s: 2 * s.num_layers * s.num_heads * s.head_dim * s.dtype_bytes],
+    explanation="K and V, in every layer, for every cached (KV) head: only KV heads are stored, "
+                "so GQA shrinks the cache.",
 )
 
 
 def requests_that_fit(spec: ModelSpec, gpu_bytes: int, seq_len: int) -> int:
-    """How many requests of `seq_len` tokens have room for their K/V on a GPU of `gpu_bytes` bytes,
-    once the model's weights (``spec.weights_bytes``) are loaded. Zero if the weights do not fit."""
-    free = gpu_bytes - spec.weights_bytes
+    """How many requests of `seq_len` tokens have room for their K/V on a GPU of `gpu_bytes` usable
+    bytes, when the engine takes GPU_MEMORY_UTILIZATION of them and the weights come first.
+    Zero if the weights do not fit."""
+    budget = int(gpu_bytes * GPU_MEMORY_UTILIZATION) - spec.weights_bytes
     per_request = seq_len * 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * spec.dtype_bytes
-    return max(free, 0) // per_request
+    return max(budget, 0) // per_request
 
 
 def _diagnose_fit(answer, expected, args):
     spec, gpu_bytes, seq_len = args
-    no_weights = gpu_bytes // (seq_len * spec.kv_bytes_per_token)
-    if answer == no_weights and answer != expected:
+    per_request = seq_len * spec.kv_bytes_per_token
+    if answer == max(gpu_bytes - spec.weights_bytes, 0) // per_request != expected:
+        return ("that uses all of the GPU's memory; an engine takes only GPU_MEMORY_UTILIZATION "
+                "of it and leaves the rest as headroom.")
+    if answer in {gpu_bytes // per_request, int(gpu_bytes * GPU_MEMORY_UTILIZATION) // per_request} \
+            and answer != expected:
         return "the weights are in GPU memory too: only what they leave free can hold K/V."
     if answer < 0:
-        return "when the weights alone fill the GPU, no request fits: the answer is 0, not negative."
+        return "when the weights alone fill the budget, no request fits: the answer cannot be negative."
     if isinstance(answer, int) and answer == expected + 1:
         return "round down: a request whose K/V does not fit completely does not fit."
     return None
 
 
 _FIT_CASES = [(MODELS[m], GPUS[g].memory_bytes, n) for m, g, n in [
-    ("llama-3-8b", "A100-80GB", 2048), ("llama-3-8b", "T4", 2048), ("opt-13b", "A100-40GB", 2048),
-    ("llama-2-7b", "A100-40GB", 4096), ("llama-3-70b", "T4", 2048), ("gpt2", "T4", 1024),
-    ("mistral-7b", "H100-80GB", 32768)]]
+    ("llama-3-8b", "A100-80GB", 2048), ("llama-3-8b", "T4", 2048), ("llama-3-8b", "L4", 2048),
+    ("opt-13b", "A100-40GB", 2048), ("llama-2-7b", "A100-40GB", 4096), ("llama-3-70b", "T4", 2048),
+    ("gpt2", "T4", 1024), ("mistral-7b", "H100-80GB", 32768)]]
 
 requests_that_fit = Exercise(
     "ch01.requests_that_fit",
-    "How many requests of `seq_len` tokens fit on a GPU of `gpu_bytes` bytes next to the weights?",
+    "How many requests of `seq_len` tokens fit on a GPU of `gpu_bytes` usable bytes, when the engine "
+    "takes GPU_MEMORY_UTILIZATION of them and the weights come first?",
     requests_that_fit,
     cases=_FIT_CASES,
     diagnose=_diagnose_fit,
-    hints=["First take away what the weights occupy: `spec.weights_bytes`.",
-           "One request of seq_len tokens needs seq_len * (bytes per token) bytes of K/V.",
-           "Divide what is left by one request's K/V bytes, rounding down; never go below 0."],
+    hints=["The engine's budget is a fraction of the GPU, and the weights take their share of it "
+           "before any K/V.",
+           "Budget: int(gpu_bytes * GPU_MEMORY_UTILIZATION) - spec.weights_bytes. One request needs "
+           "seq_len * (bytes per token) of K/V.",
+           "max(budget, 0) // (seq_len * kv_bytes_per_token(spec))"],
     wrong=[lambda spec, gpu_bytes, seq_len: gpu_bytes // (seq_len * spec.kv_bytes_per_token),
-           lambda spec, gpu_bytes, seq_len: (gpu_bytes - spec.weights_bytes) // (seq_len * spec.kv_bytes_per_token)],
+           lambda spec, gpu_bytes, seq_len:
+           max(gpu_bytes - spec.weights_bytes, 0) // (seq_len * spec.kv_bytes_per_token),
+           lambda spec, gpu_bytes, seq_len:
+           (int(gpu_bytes * 0.9) - spec.weights_bytes) // (seq_len * spec.kv_bytes_per_token)],
+    explanation="Weights first, then whole requests' K/V in what is left of the engine's share; "
+                "a budget below zero holds no request.",
+)
+
+# Predict: Llama-3-8B in fp16, requests of 2,048 tokens, on Colab's free GPU.
+t4_llama3 = requests_that_fit.reference(MODELS["llama-3-8b"], GPUS["T4"].memory_bytes, 2048)
+
+
+def _diagnose_t4(answer, expected):
+    # no digit zero in these messages: the contract tests check that no message reveals the answer
+    spec, t4 = MODELS["llama-3-8b"], GPUS["T4"]
+    per_request = 2048 * spec.kv_bytes_per_token
+    as_sold = 16 * 2**30
+    careless = {(as_sold - spec.weights_bytes) // per_request, as_sold // per_request,
+                t4.memory_bytes // per_request, int(t4.memory_bytes * GPU_MEMORY_UTILIZATION) // per_request}
+    if answer in careless:
+        return ("that takes the T4 as sold (16 GB) or leaves out the weights. Compare the usable "
+                "memory that torch reports with the size of Llama-3-8B's fp16 weights.")
+    if answer < 0:
+        return "a count of requests cannot be negative."
+    return "start with the weights: how much of the T4's usable memory do they leave?"
+
+
+t4_llama3 = Exercise(
+    "ch01.t4_llama3",
+    "Predict, then check with your function: how many 2,048-token requests of Llama-3-8B (fp16) fit "
+    "on Colab's T4?",
+    t4_llama3,
+    diagnose=_diagnose_t4,
+    hints=["The weights come first. Compare them with the T4's usable memory, not with its box.",
+           "Llama-3-8B has about 8.03 billion parameters of 2 bytes; the T4's usable memory is "
+           "`GPUS['T4'].memory_gib` GiB, and the engine takes 90% of that.",
+           "requests_that_fit(MODELS['llama-3-8b'], GPUS['T4'].memory_bytes, 2048)"],
+    wrong=[4, 52, -3],
+    explanation="Its fp16 weights (about 15 GiB) are larger than the T4's 14.6 usable GiB: the model "
+                "needs smaller weights (int8, int4) or a bigger GPU.",
 )

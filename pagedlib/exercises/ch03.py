@@ -1,7 +1,8 @@
-"""Chapter 3 exercises: first fit, and the external fragmentation of a pool snapshot.
+"""Chapter 3 exercises: first fit, the external fragmentation of a pool snapshot, and the
+reservation that even an allocator that knows the future (Orca Oracle) holds.
 
-Reference solutions are plain functions; each name is then rebound to its Exercise, so a notebook
-calls ``ex.first_fit.check(my_function)``.
+Reference solutions are plain functions (or values); each name is then rebound to its Exercise, so
+a notebook calls ``ex.first_fit.check(my_function)``.
 """
 from . import Exercise
 
@@ -59,6 +60,8 @@ first_fit = Exercise(
            "A hole of exactly `need` slots is large enough; if the loop ends without a match, return None.",
            "for start, size in holes: if size >= need: return start  (then return None after the loop)"],
     wrong=[_best_fit, _strict_fit],
+    explanation="First fit takes the earliest hole with room, which is fast but leaves small holes "
+                "behind in the front of the pool.",
 )
 
 
@@ -101,4 +104,46 @@ external_fragmentation = Exercise(
            "sum(size for start, size, owner in snapshot if owner is None and size < need)"],
     wrong=[lambda snapshot, need: sum(s for _, s, o in snapshot if o is None),
            lambda snapshot, need: sum(s for _, s, o in snapshot if o is None and s <= need)],
+    explanation="Free slots only count as usable when one hole alone is big enough; the rest is "
+                "external fragmentation for that request.",
+)
+
+# Predict: Orca (Oracle) reserves a request's exact final length, here a 100-token prompt plus 300
+# output tokens. A decode step starts after t = 0, 1, ..., 299 output tokens are written.
+_PROMPT, _OUTPUT = 100, 300
+oracle_reservation = sum(_OUTPUT - t for t in range(_OUTPUT)) / _OUTPUT / (_PROMPT + _OUTPUT)
+
+
+def _close(answer, expected) -> bool:
+    return abs(answer - expected) < 0.005
+
+
+def _diagnose_oracle(answer, expected):
+    if _close(answer, _OUTPUT / (_PROMPT + _OUTPUT)):
+        return "that is the share at the first step only; it shrinks as the request writes: average it."
+    if _close(answer, 0.5):
+        return "half of the OUTPUT is still to come on average; divide by the whole reservation instead."
+    if answer == 0:
+        return ("Oracle has no internal fragmentation, but until the last token is written part of "
+                "its exact reservation is still empty.")
+    if answer > 1:
+        return "give a fraction between 0 and 1, not a percentage."
+    return None
+
+
+oracle_reservation = Exercise(
+    "ch03.oracle_reservation",
+    "An allocator that knows the future (Orca Oracle) reserves exactly 400 slots for a request with a "
+    "100-token prompt that will write 300 tokens. Averaged over its 300 decode steps, what fraction of "
+    "its reservation holds no K/V yet? (a fraction, two decimals are enough)",
+    oracle_reservation,
+    compare=_close,
+    diagnose=_diagnose_oracle,
+    hints=["At each step the reservation is the full 400 slots, but only the prompt and the tokens "
+           "written so far hold K/V.",
+           "After t output tokens, 300 - t slots are still empty; average that over t = 0 .. 299.",
+           "sum(300 - t for t in range(300)) / 300 / 400"],
+    wrong=[0.75, 0.5, 0],
+    explanation="The reservation is held from the first step, but filled only at the last: on "
+                "average about half the output's slots sit empty.",
 )

@@ -1,7 +1,7 @@
-"""Chapter 4 exercises: pages, block tables and capacity.
+"""Chapter 4 exercises: pages, block tables, the last page, and capacity at a page size.
 
-Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
-to the Exercise built from it, so a notebook calls ``ex.pages_for.check(...)``.
+Convention (see ``ch00``): each reference solution is a plain function (or a value), then the same
+name is rebound to the Exercise built from it, so a notebook calls ``ex.pages_for.check(...)``.
 """
 from . import Exercise
 
@@ -11,16 +11,30 @@ def pages_for(n_tokens: int, page_size: int) -> int:
     return (n_tokens + page_size - 1) // page_size
 
 
+def _diagnose_pages(answer, expected, args):
+    n, p = args
+    if answer == n // p and n % p:
+        return f"{n} tokens do not fill whole pages of {p}: the partly filled last page counts too."
+    if answer == n // p + 1 and n % p == 0:
+        return f"{n} tokens fill their pages exactly: no extra page is needed."
+    if isinstance(answer, int) and answer == n:
+        return "that counts tokens; the question asks for pages."
+    return None
+
+
 pages_for = Exercise(
     "ch04.pages_for",
     "How many whole pages of `page_size` tokens does a sequence of `n_tokens` tokens need?",
     pages_for,
     cases=[(512, 16), (37, 16), (1900, 16), (128, 16), (4, 16), (0, 16), (1, 1), (16, 16), (17, 16),
            (2048, 2048), (2049, 2048), (5, 3)],
+    diagnose=_diagnose_pages,
     hints=["A partly filled last page is still a whole page: 17 tokens in pages of 16 need 2 pages.",
-           "That is a division rounded up: `(n_tokens + page_size - 1) // page_size`. "
-           "Check that 0 tokens need 0 pages."],
+           "That is a division rounded up. Check the edges: 0 tokens need 0 pages, 16 need 1.",
+           "`(n_tokens + page_size - 1) // page_size`"],
     wrong=[lambda n, p: n // p, lambda n, p: n // p + 1],
+    explanation="Every page but the last is full and the last holds the remainder, so the count is "
+                "the length divided by the page size, rounded up.",
 )
 
 
@@ -29,6 +43,19 @@ def append_token(block_table: tuple, num_tokens: int, free_pages: tuple, page_si
     if num_tokens % page_size == 0:              # 0 tokens, or the last page is exactly full
         return list(block_table) + [free_pages[0]]
     return list(block_table)
+
+
+def _diagnose_append(answer, expected, args):
+    block_table, num_tokens, free_pages, page_size = args
+    if len(answer) == len(expected) + 1:
+        return (f"{num_tokens} tokens leave room on the last page (it holds {num_tokens % page_size} "
+                f"of {page_size}): no new page yet.")
+    if len(answer) + 1 == len(expected):
+        return ("every held page is full (or there is none yet): this token needs a new page."
+                if num_tokens else "an empty sequence holds no page: its first token needs one.")
+    if list(answer[:len(block_table)]) != list(block_table):
+        return "the pages already held must stay, in the same order; only append to the table."
+    return None
 
 
 append_token = Exercise(
@@ -40,21 +67,102 @@ append_token = Exercise(
     cases=[((), 0, (7, 2, 9), 4), ((7,), 1, (2, 9), 4), ((7,), 3, (2, 9), 4), ((7,), 4, (2, 9), 4),
            ((7, 2), 5, (9,), 4), ((7, 2), 8, (9, 11), 4), ((5,), 15, (3,), 16), ((5,), 16, (3,), 16),
            ((4, 0, 8), 33, (1,), 16), ((1, 2, 3), 3, (4,), 1)],
+    diagnose=_diagnose_append,
     hints=["A page of `page_size` slots is full after tokens number page_size, 2 * page_size, ... "
            "A new page is needed only when the token arrives and all held pages are full.",
-           "The held pages are full when `num_tokens % page_size == 0` (this includes an empty sequence, "
-           "which holds no page). Then return `list(block_table) + [free_pages[0]]`; otherwise "
-           "`list(block_table)`."],
+           "The held pages are full when `num_tokens % page_size == 0`; that includes an empty "
+           "sequence, which holds no page at all.",
+           "`list(block_table) + [free_pages[0]]` if that holds, else `list(block_table)`."],
     wrong=[lambda bt, n, free, p: list(bt) + [free[0]] if (n + 1) % p == 0 else list(bt),
            lambda bt, n, free, p: list(bt) + [free[0]] if n % p == 0 and n > 0 else list(bt),
            lambda bt, n, free, p: list(bt) + [free[0]]],
+    explanation="Token number n + 1 starts a new page exactly when n is a multiple of the page size: "
+                "tokens 1, p + 1, 2p + 1, ...",
 )
+
+
+def last_page_len(n_tokens: int, page_size: int) -> int:
+    """Tokens on the last page of a sequence of ``n_tokens >= 1`` tokens: 1 to ``page_size``
+    (FlashInfer's ``kv_last_page_len``). A sequence that fills its pages exactly has a FULL last page."""
+    return (n_tokens - 1) % page_size + 1
+
+
+def _diagnose_last(answer, expected, args):
+    n, p = args
+    if answer == n % p and answer != expected:
+        return (f"`n % page_size` is 0 when {n} tokens fill their pages exactly, but then the last "
+                f"page is full: it holds {p} tokens, not 0. The answer runs from 1 to page_size.")
+    if answer == p - n % p:
+        return "that is the free tail of the last page; the question asks for the tokens on it."
+    if answer == n // p:
+        return "that counts full pages; the question asks for tokens on the last page."
+    return None
+
+
+last_page_len = Exercise(
+    "ch04.last_page_len",
+    "A sequence of `n_tokens` tokens (at least 1) sits in pages of `page_size`. How many tokens are on "
+    "its last page? (FlashInfer calls this `kv_last_page_len`, between 1 and page_size.)",
+    last_page_len,
+    cases=[(37, 16), (512, 16), (1, 16), (16, 16), (17, 16), (1900, 16), (4, 16), (5, 1), (64, 32),
+           (100, 7)],
+    diagnose=_diagnose_last,
+    hints=["Every page before the last is full; the last holds what is left, and at least one token.",
+           "The remainder n % page_size is almost it, except when it is 0: then the last page is full.",
+           "`(n_tokens - 1) % page_size + 1`, or `n_tokens - (pages_for(n_tokens, page_size) - 1) * page_size`"],
+    wrong=[lambda n, p: n % p, lambda n, p: p - n % p],
+    explanation="kv_len = page_size * (num_pages - 1) + last_page_len holds only if a full last page "
+                "counts page_size, never 0.",
+)
+
+# Predict: the five requests (512, 37, 1,900, 128, 4 tokens) with 256-token pages, 40,960-slot pool.
+_LENGTHS, _POOL = (512, 37, 1900, 128, 4), 40_960
 
 
 def capacity_at(lengths: tuple, page_size: int, pool_slots: int) -> int:
     """Requests of this mix that fit a pool of ``pool_slots`` token slots with pages of ``page_size``."""
     allocated = sum((n + page_size - 1) // page_size * page_size for n in lengths)
     return pool_slots * len(lengths) // allocated
+
+
+predict_capacity = capacity_at(_LENGTHS, 256, _POOL)
+
+
+def _diagnose_predict(answer, expected):
+    # no digits of the answer in these messages: the contract tests check that none reveals it
+    if answer == capacity_at(_LENGTHS, 16, _POOL):
+        return "that is the capacity with 16-token pages; 256-token pages round each request up further."
+    if answer == _POOL // 2048:
+        return "that is reserve-max; even 256-token pages are far smaller than a 2,048-token slot."
+    if answer == _POOL // 256:
+        return "that counts pages in the pool, not requests: a request can hold several pages."
+    if answer > capacity_at(_LENGTHS, 16, _POOL):
+        return "bigger pages never fit MORE requests: each request's last page only gets emptier."
+    return None
+
+
+predict_capacity = Exercise(
+    "ch04.predict_capacity",
+    "Predict before the sweep: with 256-token pages instead of 16, how many requests of the five-request "
+    "mix fit the 40,960-slot pool?",
+    predict_capacity,
+    diagnose=_diagnose_predict,
+    hints=["Round each of the five lengths up to whole 256-token pages.",
+           "512 -> 512, 37 -> 256, 1,900 -> 2,048, 128 -> 256, 4 -> 256 slots: add them up.",
+           "40_960 * 5 // (512 + 256 + 2048 + 256 + 256)"],
+    wrong=[78, 20, 160, 79],
+    explanation="The mix takes 3,328 slots at 256 per page instead of 2,608 at 16, so fewer copies of "
+                "it fit; still three times reserve-max.",
+)
+
+
+def _diagnose_capacity(answer, expected, args):
+    lengths, p, pool = args
+    if answer == pool * len(lengths) // sum(lengths) and answer != expected:
+        return "that packs the real lengths; each request holds whole pages, so round each one up first."
+    if answer == pool // p:
+        return "that counts the pool's pages, not requests of the mix."
+    return None
 
 
 capacity_at = Exercise(
@@ -66,12 +174,15 @@ capacity_at = Exercise(
     cases=[((512, 37, 1900, 128, 4), 16, 40_960), ((512, 37, 1900, 128, 4), 256, 40_960),
            ((512, 37, 1900, 128, 4), 2048, 40_960), ((512, 37, 1900, 128, 4), 1, 40_960),
            ((100, 100, 100), 64, 10_000), ((1, 2, 3), 8, 1000), ((33,), 16, 480)],
-    hints=["Each request allocates whole pages: `pages_for(length, page_size) * page_size` slots. "
-           "Add them up for the mix.",
-           "The mix of `len(lengths)` requests takes `allocated` slots, so the pool holds "
-           "`pool_slots * len(lengths) // allocated` requests of that mix (integers only, no float "
-           "rounding)."],
+    diagnose=_diagnose_capacity,
+    hints=["Each request allocates whole pages, so its slots are its length rounded up to a multiple "
+           "of page_size.",
+           "Add the rounded-up slots over the mix (`allocated`). The pool holds "
+           "`len(lengths)` requests per `allocated` slots.",
+           "`pool_slots * len(lengths) // sum(pages_for(n, page_size) * page_size for n in lengths)`"],
     wrong=[lambda lengths, p, pool: pool * len(lengths) // sum(lengths),
            lambda lengths, p, pool: pool // p,
            lambda lengths, p, pool: round(pool * len(lengths) / sum(-(-n // p) * p for n in lengths))],
+    explanation="Integer arithmetic on whole pages: the mix costs its rounded-up slots, and the pool "
+                "holds that many copies of the mix.",
 )
