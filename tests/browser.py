@@ -72,9 +72,11 @@ class Chromium:
             if "method" in msg:
                 self.events.append(msg)
 
-    def wait_for_event(self, method: str, timeout: float = 30) -> dict:
+    def wait_for_event(self, method: str, timeout: float = 30, since: int | None = None) -> dict:
+        """Wait for the next ``method`` event; with ``since``, one already among events[since:]
+        counts too (for an event that a command's own reply may have overtaken)."""
         deadline = time.monotonic() + timeout
-        seen = len(self.events)
+        seen = len(self.events) if since is None else since
         while time.monotonic() < deadline:
             for event in self.events[seen:]:
                 if event["method"] == method:
@@ -113,10 +115,22 @@ class Chromium:
         self.call("Input.insertText", text=text)
 
     def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element."""
-        box = self.js(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-            e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
-            return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
+        """A real mouse click in the middle of the element, once it has stopped moving (a smooth
+        scroll or a sliding sidebar would otherwise move it between measuring and clicking)."""
+        where = f"""new Promise(done => requestAnimationFrame(() => {{
+            const e = document.querySelector({json.dumps(selector)});
+            if (!e) {{ done(null); return; }}
+            e.scrollIntoView({{block: 'center', behavior: 'instant'}}); const r = e.getBoundingClientRect();
+            done([r.x + r.width / 2, r.y + r.height / 2]); }}))"""
+        box, deadline = self.js(where), time.monotonic() + 5
+        if box is None:
+            raise RuntimeError(f"nothing on the page matches {selector!r}")
+        while time.monotonic() < deadline:
+            again = self.js(where)
+            if again == box:
+                break
+            box = again
+            time.sleep(0.05)
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 

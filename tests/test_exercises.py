@@ -145,9 +145,11 @@ def test_help_html_shows_question_every_hint_and_the_solution_collapsed(exercise
     summaries = re.findall(r"<details class=\"pagedlib-help\"><summary>([^<]*)</summary>", page)
     assert summaries == [exercise.hint_title(n) for n in range(1, len(exercise.hints) + 1)] + ["Solution"]
     assert "<details open" not in page          # every dropdown starts collapsed
+    assert "\n\n" not in page and not re.search(r"\n\s*\n", page)  # a blank line ends Markdown's HTML
     exercise.solution()
-    shown = capsys.readouterr().out.strip()
-    assert html_unescape(page.split("<pre>")[1].split("</pre>")[0]) == shown
+    shown = [line.rstrip() for line in capsys.readouterr().out.strip().split("\n")]
+    in_page = html_unescape(page.split("<pre>")[1].split("</pre>")[0]).replace("\xa0", "").split("\n")
+    assert [line.rstrip() for line in in_page] == shown
 
 
 # ---- the contract on hand-made exercises -----------------------------------------------------

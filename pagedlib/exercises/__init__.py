@@ -419,8 +419,12 @@ class Exercise:
         for n, text in enumerate(self.hints, 1):
             parts.append(f'<details class="pagedlib-help"><summary>{html.escape(self.hint_title(n))}'
                          f"</summary>\n<p>{_inline_html(text)}</p>\n</details>")
+        # No blank line anywhere: in Markdown (Jupyter's and the site's) a blank line ends a raw
+        # HTML block, so an empty line of the solution's code holds a no-break space instead.
+        solution = "\n".join(line if line.strip() else "&nbsp;"
+                             for line in html.escape(_shown_text(self.solution)).split("\n"))
         parts.append(f'<details class="pagedlib-help"><summary>Solution</summary>\n'
-                     f"<pre>{html.escape(_shown_text(self.solution))}</pre>\n</details>")
+                     f"<pre>{solution}</pre>\n</details>")
         parts.append("</div>")
         return "\n".join(parts)
 
