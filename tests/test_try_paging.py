@@ -173,16 +173,18 @@ def test_slider_moves_by_keyboard_and_waste_follows_pagedlib(page):
     sizes = []
     for step in range(12):
         got = shown(page)
-        size = int(got["page-size-value"])
+        size = int(number(got["page-size-value"]))
         assert size == 2 ** step
         assert page.js("document.querySelector('[data-testid=\"page-size\"]').getAttribute('aria-valuetext')") \
-            .startswith(f"{size} token")
+            .startswith(f"{size:,} token")
         assert_matches(got, expected(SEED, "paged", size))
         sizes.append((size, float(got["waste:value"])))
         if size in (1, 64, 256, 2048):
             shot(page, f"03-paged-page-{size:04d}")
         page.key("ArrowRight")
-    assert shown(page)["page-size-value"] == "2048", "the slider must stop at 2,048"
+    assert shown(page)["page-size-value"] == "2,048", "the slider must stop at 2,048"
+    assert page.js("document.querySelector('[data-testid=\"summary\"]').textContent") \
+        .startswith("Paged, 2,048-token pages:"), "numbers on the page are written 2,048"
     wastes = [w for _, w in sizes]
     assert wastes == sorted(wastes), "waste must creep back as pages grow"
     assert wastes[0] == 0.0
@@ -213,7 +215,7 @@ def test_custom_and_random_lengths_match_pagedlib(page):
     mix = [int(x) for x in page.js("document.querySelector('[data-testid=\"lengths\"]').value").split(",")]
     got = shown(page)
     assert got["message"] == "" and got["rows"] == len(mix)
-    assert_matches(got, expected(mix, "paged", int(got["page-size-value"])))
+    assert_matches(got, expected(mix, "paged", int(number(got["page-size-value"]))))
     shot(page, "05-random-mix")
 
 
@@ -284,6 +286,50 @@ def test_max_length_and_pool_size(page):
     assert pagedlib.reserve_max_plan(SEED, 4096).capacity(3000) == 0
     assert int(got["capacity"]) == pagedlib.paged_plan(SEED, 16).capacity(3000)
     assert got["ratio"] == "n/a"
+    summary = page.js("document.querySelector('[data-testid=\"summary\"]').textContent")
+    assert "reserve-max fits none: the pool is smaller than one 4,096-token reservation" in summary
+    assert "n/a" not in summary
+
+
+def _red_borders(page) -> list[str]:
+    return page.js("""[...document.querySelectorAll('.tp input')].filter(e =>
+        e.getAttribute('aria-invalid') === 'true' || getComputedStyle(e).borderTopWidth === '2px')
+        .map(e => e.dataset.testid)""")
+
+
+def _type_into(page, testid: str, text: str) -> None:
+    focus(page, testid)
+    page.js(f"document.querySelector('[data-testid=\"{testid}\"]').select()")
+    page.type_text(text)
+    page.key("Tab")
+
+
+@pytest.mark.slow
+def test_back_to_the_example_clears_every_error_and_red_border(page):
+    set_lengths(page, "512, abc")
+    _type_into(page, "pool-size", "-3")
+    assert shown(page)["message"] and sorted(_red_borders(page)) == ["lengths", "pool-size"]
+    page.click('[data-testid="reset"]')
+    got = shown(page)
+    assert got["message"] == "" and _red_borders(page) == []
+    assert_matches(got, expected(SEED, "reserve"))
+    shot(page, "10-after-back-to-the-example")
+
+
+@pytest.mark.slow
+def test_a_rejected_field_that_another_change_makes_valid_loses_its_red_border(page):
+    _type_into(page, "max-len", "1000")                  # shorter than the 1,900-token request
+    assert "shorter than the longest request" in shown(page)["message"]
+    assert _red_borders(page) == ["max-len"]
+    set_lengths(page, "100, 200, 900")                   # now 1,000 is long enough: it applies
+    got = shown(page)
+    assert got["message"] == "" and _red_borders(page) == []
+    assert_matches(got, expected([100, 200, 900], "reserve", max_len=1000))
+    set_lengths(page, "100, 3000")                       # longer than the max length: refused
+    assert _red_borders(page) == ["lengths"]
+    _type_into(page, "max-len", "4096")                  # a larger max length admits it
+    assert shown(page)["message"] == "" and _red_borders(page) == []
+    assert_matches(shown(page), expected([100, 3000], "reserve", max_len=4096))
 
 
 @pytest.mark.slow
