@@ -271,6 +271,8 @@ def visit(b: Chromium, site: Path, page: str, width: int) -> dict:
         const images = [...document.querySelectorAll('.bd-article img')].map(i => ({
             src: i.getAttribute('src').slice(0, 80), alt: i.getAttribute('alt') || '',
             natural: i.naturalWidth, shown: i.getBoundingClientRect().width,
+            shape: i.naturalHeight ? (i.naturalWidth / i.naturalHeight) /
+                   (i.getBoundingClientRect().width / Math.max(i.getBoundingClientRect().height, 1)) : 1,
             visible: i.getBoundingClientRect().width > 0}));
         return {scrollWidth: doc.scrollWidth, viewport: vw, wide, images,
                 widgetViews: document.querySelectorAll(
@@ -309,8 +311,18 @@ def _looks_like_a_file_name(alt: str) -> bool:
     return bool(re.search(r"\.(png|jpe?g|svg|gif)$|^[0-9a-f]{16,}|/|^_", alt.strip(), re.I))
 
 
+# Chapters whose figures are still bare 1x PNGs with file-name alt text: each chapter's engineer
+# re-executes it (pagedlib.plots now renders at 2x) and gives every figure alt text (cell metadata
+# mystnb.image.alt, or pagedlib.plots.show). The lead removes a name once its test XPASSes.
+FIGURES_WITHOUT_ALT = {f"notebooks/{p.stem}" for p in NOTEBOOKS}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page, width", BY_PAGE_AND_WIDTH)
+@pytest.mark.parametrize("page, width", [
+    pytest.param(page, width, id=f"{page}-{width}px", marks=pytest.mark.xfail(
+        strict=False, reason=f"chapter {int(Path(page).name[:2])} ({page}): figures need alt text and "
+                             f"re-execution at 2x (issue 16 item 4)")) if page in FIGURES_WITHOUT_ALT
+    else pytest.param(page, width, id=f"{page}-{width}px") for page in PAGES for width in WIDTHS])
 def test_images_have_alt_text_and_enough_pixels(browser, site, page, width):
     facts = visit(browser, site, page, width)
     bad = []
@@ -320,6 +332,8 @@ def test_images_have_alt_text_and_enough_pixels(browser, site, page, width):
         local = not external(img["src"])
         if local and img["visible"] and img["natural"] < 1.5 * img["shown"] - 0.5:
             bad.append(f"{img['natural']} px shown {img['shown']:.0f} px wide: {img['src']}")
+        if local and img["visible"] and abs(img["shape"] - 1) > 0.03:
+            bad.append(f"squashed to {img['shape']:.2f} of its aspect ratio: {img['src']}")
     assert not bad, f"{len(bad)} image problem(s) on {page}: {bad[:6]}"
 
 
@@ -392,7 +406,7 @@ def test_desktop_shows_the_chapter_list_and_its_button_hides_it(browser, site, p
 
 
 def test_the_top_navbar_with_its_lone_search_box_is_gone(browser, site):
-    for width in WIDTHS:
+    for width in (*WIDTHS, 1000):            # 992-1199 px is where the theme pair showed it
         load(browser, site, PAGES[0], width)
         assert browser.js("document.querySelector('#pst-header').getBoundingClientRect().height") == 0
         assert browser.js("""[...document.querySelectorAll('.search-button, .search-button-field')]
