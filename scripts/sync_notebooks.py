@@ -114,9 +114,13 @@ def is_help_cell(cell) -> bool:
     return cell.cell_type == "markdown" and HELP_KEY in cell.metadata.get("pagedlib", {})
 
 
-def help_cell(exercise):
-    """The markdown cell that shows ``exercise``'s question, hints and solution in dropdowns."""
-    cell = nbformat.v4.new_markdown_cell(exercise.help_html())
+def help_cell(exercise, old=None):
+    """The markdown cell that shows ``exercise``'s question, hints and solution in dropdowns.
+
+    ``old``, the exercise's previous help cell, is reused (its id stays, so a re-sync that changes
+    nothing changes no byte of the notebook)."""
+    cell = old if old is not None else nbformat.v4.new_markdown_cell()
+    cell.source = exercise.help_html()
     cell.metadata = {"pagedlib": {HELP_KEY: exercise.name}, "tags": list(HELP_TAGS)}
     return cell
 
@@ -157,13 +161,14 @@ def sync_exercise_help(nb) -> list[str]:
     """
     registry = _registry()
     old = [(i, c.source, c.metadata["pagedlib"][HELP_KEY]) for i, c in enumerate(nb.cells) if is_help_cell(c)]
+    old_cells = {c.metadata["pagedlib"][HELP_KEY]: c for c in nb.cells if is_help_cell(c)}
     cells = [c for c in nb.cells if not is_help_cell(c)]
     drift = []
     for after, name in reversed(checked_exercises(cells)):
         if name not in registry:
             drift.append(f"{name} is checked but not registered in pagedlib.exercises")
             continue
-        cells.insert(after + 1, help_cell(registry[name]))
+        cells.insert(after + 1, help_cell(registry[name], old_cells.get(name)))
     new = [(i, c.source, c.metadata["pagedlib"][HELP_KEY]) for i, c in enumerate(cells) if is_help_cell(c)]
     if new != old:
         changed = sorted({n for _, _, n in set(new) ^ set(old)})

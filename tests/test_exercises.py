@@ -316,3 +316,58 @@ def test_an_answer_that_changes_its_inputs_cannot_corrupt_the_cases():
     assert result.state == INCORRECT and "[512, 37, 1900, 128, 4]" in result.message
     assert exercise.cases == cases
     assert exercise.check(exercise.reference).state == CORRECT
+
+
+# ---- the site's help cells (scripts/sync_notebooks.py) -----------------------------------------------
+def _sync_module():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import sync_notebooks
+    return sync_notebooks
+
+
+def _exercise_notebook():
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
+                nbformat.v4.new_code_cell("from pagedlib.exercises import ch04 as ex\n"
+                                          "def f(n, p):\n    raise NotImplementedError\n"
+                                          "ex.pages_for.check(f)"),
+                nbformat.v4.new_code_cell("# Uncomment for help:\n# ex.pages_for.hint()"),
+                nbformat.v4.new_markdown_cell("Next exercise."),
+                nbformat.v4.new_code_cell("ex.append_token.check(...)"),
+                nbformat.v4.new_code_cell("ex.pages_for.check(lambda n, p: 0)")]  # a second check: no 2nd help
+    return nb
+
+
+def test_sync_writes_one_help_cell_per_exercise_after_its_help_cell_and_is_idempotent(monkeypatch):
+    sync = _sync_module()
+    nb = _exercise_notebook()
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token, ch04.pages_for"]
+    kinds = [("help:" + c.metadata["pagedlib"]["exercise_help"]) if sync.is_help_cell(c) else c.cell_type
+             for c in nb.cells]
+    assert kinds == ["markdown", "code", "code", "help:ch04.pages_for", "markdown", "code",
+                     "help:ch04.append_token", "code"]
+    help_cell = nb.cells[3]
+    assert help_cell.source == EXERCISES["ch04.pages_for"].help_html()
+    assert help_cell.metadata["tags"] == ["exercise-help"]
+    before = [dict(c) for c in nb.cells]
+    assert sync.sync_exercise_help(nb) == [] and [dict(c) for c in nb.cells] == before   # idempotent
+    # a changed hint in the registry is drift, and the cell is rewritten
+    monkeypatch.setattr(EXERCISES["ch04.pages_for"], "hints", ["new concept", "new approach", "new code"])
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.pages_for"]
+    assert "new approach" in nb.cells[3].source
+    # an exercise whose check cell is gone loses its help cell
+    del nb.cells[5]
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token"]
+    assert sum(sync.is_help_cell(c) for c in nb.cells) == 1
+
+
+def test_sync_reports_a_checked_exercise_that_is_not_registered():
+    import nbformat
+    sync = _sync_module()
+    nb = _exercise_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("ex.no_such_exercise.check(1)"))
+    assert "ch04.no_such_exercise is checked but not registered in pagedlib.exercises" in \
+        sync.sync_exercise_help(nb)

@@ -337,8 +337,14 @@ def test_images_have_alt_text_and_enough_pixels(browser, site, page, width):
     assert not bad, f"{len(bad)} image problem(s) on {page}: {bad[:6]}"
 
 
+def _widget_page_marks(page: str, width: int):
+    reason = WIDGETS_WITHOUT_FALLBACK.get(f"{Path(page).name}.ipynb")
+    marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
+    return pytest.param(page, width, id=f"{page}-{width}px", marks=marks)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page, width", BY_PAGE_AND_WIDTH)
+@pytest.mark.parametrize("page, width", [_widget_page_marks(p, w) for p in PAGES for w in WIDTHS])
 def test_no_console_errors_and_no_stored_widget(browser, site, page, width):
     facts = visit(browser, site, page, width)
     assert facts["problems"] == [], "the browser console reported problems"
