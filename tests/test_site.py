@@ -286,10 +286,12 @@ def visit(b: Chromium, site: Path, page: str, width: int) -> dict:
     (ARTIFACTS / str(width)).mkdir(parents=True, exist_ok=True)
     top = b.call("Page.captureScreenshot", format="png")["data"]
     (ARTIFACTS / str(width) / f"{name}.png").write_bytes(base64.b64decode(top))
-    full = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                  clip={"x": 0, "y": 0, "width": width,
-                        "height": min(b.js("document.documentElement.scrollHeight"), 16000), "scale": 1})
+    # the whole page: a window as tall as the page (capped), then back to the normal window
+    b.viewport(width, min(b.js("document.documentElement.scrollHeight"), 16000), mobile=width < 600)
+    time.sleep(0.3)
+    full = b.call("Page.captureScreenshot", format="png")
     (ARTIFACTS / str(width) / f"{name}.full.png").write_bytes(base64.b64decode(full["data"]))
+    b.viewport(width, 900, mobile=width < 600)
     _VISITS[key] = facts
     return facts
 
