@@ -79,7 +79,7 @@ class Result:
         msg = f" {html.escape(self.message)}" if self.message else ""
         return (f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0">'
                 f'<b style="color:{colour}">{_ICONS[self.state]}</b> '
-                f'<code>{html.escape(self.exercise)}</code>{msg}</div>')
+                f'<code style="color:inherit;background:none">{html.escape(self.exercise)}</code>{msg}</div>')
 
     def _ipython_display_(self) -> None:
         # check() shows the result once; when the same object is also a cell's last value,
