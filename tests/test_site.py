@@ -464,3 +464,36 @@ def test_intro_picture_is_current_sharp_and_its_numbers_are_pagedlib_s():
     flat = " ".join(intro.split())
     for claim in claims:
         assert claim in flat, claim
+
+
+def small_fonts_in(source: str) -> list[str]:
+    """Literal ``fontsize=N`` (N below SMALLEST_FONT) and ``fontsize="small"``-like sizes in ``source``."""
+    from pagedlib.plots.style import SMALLEST_FONT
+
+    found = []
+    for n, line in enumerate(source.splitlines(), 1):
+        for m in re.finditer(r"fontsize\s*=\s*(\d+(?:\.\d+)?|\"(?:x-small|xx-small|small)\")", line):
+            value = m.group(1)
+            if value.startswith('"') or float(value) < SMALLEST_FONT:
+                found.append(f"line {n}: {m.group(0)}")
+    return found
+
+
+SMALL_TEXT_TODAY = {"memory.py", "sim.py", "kernels.py", "engine.py"}
+
+
+@pytest.mark.parametrize("module", [
+    pytest.param(p, marks=pytest.mark.xfail(
+        strict=False, reason=f"issue 16 item 4: pagedlib/plots/{p.name} hard-codes 7-8 pt (or 'small') "
+                             f"text; whoever owns the figure raises it to >= 9 pt and re-executes"))
+    if p.name in SMALL_TEXT_TODAY else p
+    for p in sorted((ROOT / "pagedlib" / "plots").glob("*.py"))], ids=lambda p: p.name)
+def test_course_figures_draw_no_text_smaller_than_9_pt(module):
+    small = small_fonts_in(module.read_text())
+    assert not small, f"{module.name}: text too small to read on a phone: {small}"
+
+
+def test_small_font_check_can_fail():
+    assert small_fonts_in('ax.text(0, 0, "x", fontsize=8)\nax.legend(fontsize="small")\n'
+                          'ax.set_title("t", fontsize=12)') == ["line 1: fontsize=8",
+                                                              'line 2: fontsize="small"']
