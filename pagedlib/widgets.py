@@ -49,6 +49,8 @@ class WidgetWithFallback:
         self.fallback_html = fallback_html
 
     def __getattr__(self, name: str):
+        if name.startswith("_"):   # display hooks (_ipython_display_, _repr_*_) stay this object's
+            raise AttributeError(name)
         return getattr(self.__dict__["widget"], name)
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -134,6 +134,9 @@ def test_with_fallback_keeps_the_widget_for_jupyter_and_adds_a_figure_for_the_si
     image = _img(page)
     assert image["alt"] == "A straight line from 0 to 1." and image["png_width"] >= 2 * image["width"] - 2
     assert wrapped.value == 3 and wrapped.description == "n"        # still usable as the widget
+    from IPython.core.interactiveshell import InteractiveShell
+    shown, _ = InteractiveShell.instance().display_formatter.format(wrapped)   # what a notebook stores
+    assert {WIDGET_VIEW, "text/html", "text/plain"} <= set(shown) and FALLBACK_CLASS in shown["text/html"]
     text = with_fallback(slider, "n = 1: one\nn = 2: two", alt="A table of n and its name.",
                          caption="Every value.", try_it=False)._repr_mimebundle_()["text/html"]
     assert "n = 2: two" in text and 'aria-label="A table of n and its name."' in text
