@@ -223,6 +223,16 @@ def load(b: Chromium, site: Path, page: str, width: int) -> None:
     time.sleep(0.2)
 
 
+def until(b: Chromium, expression: str, want=True, timeout: float = 5.0):
+    """Poll ``expression`` until it equals ``want`` (sidebars slide; slow machines lag); return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = b.js(expression)
+        if value == want or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
 def external(url: str) -> bool:
     return url.startswith(("http://", "https://")) and "127.0.0.1" not in url and "localhost" not in url
 
@@ -363,11 +373,10 @@ def test_phone_sidebar_button_opens_the_chapter_list_and_a_link_works(browser, s
     load(browser, site, page, PHONE)
     assert not browser.js("document.querySelector('#pst-primary-sidebar-modal').open")
     browser.click(".bd-header-article .primary-toggle")
-    time.sleep(0.4)
+    assert until(browser, "document.querySelector('#pst-primary-sidebar-modal').open"), \
+        f"the sidebar button did nothing on {page} at {PHONE} px"
     links = browser.js("""[...document.querySelectorAll('#pst-primary-sidebar-modal a.reference.internal')]
         .filter(a => a.getBoundingClientRect().width > 0).map(a => a.href)""")
-    assert browser.js("document.querySelector('#pst-primary-sidebar-modal').open"), \
-        f"the sidebar button did nothing on {page} at {PHONE} px"
     assert len(links) >= len(PAGES) - 1, f"the chapter list shows {len(links)} links"
     target = PAGES[(PAGES.index(page) + 1) % len(PAGES)]
     selector = f'#pst-primary-sidebar-modal a.reference.internal[href$="{Path(target).name}.html"]'
@@ -390,8 +399,7 @@ def test_phone_contents_button_opens_the_page_contents(browser, site, page):
             return !!b && b.getBoundingClientRect().width > 0; })()""")
         return
     browser.click(".bd-header-article .secondary-toggle")
-    time.sleep(0.4)
-    assert browser.js("document.querySelector('#pst-secondary-sidebar-modal').open"), \
+    assert until(browser, "document.querySelector('#pst-secondary-sidebar-modal').open"), \
         f"the page-contents button did nothing on {page} at {PHONE} px"
     if page == "notebooks/04_pages":
         shot = browser.call("Page.captureScreenshot", format="png")["data"]
@@ -406,11 +414,9 @@ def test_desktop_shows_the_chapter_list_and_its_button_hides_it(browser, site, p
         return r.right > 0 && getComputedStyle(s).visibility !== 'hidden'; })()"""
     assert browser.js(shown), f"no chapter list on {page} at {DESKTOP} px"
     browser.click(".bd-header-article .primary-toggle")
-    time.sleep(0.5)
-    assert not browser.js(shown), f"the sidebar button did nothing on {page} at {DESKTOP} px"
+    assert until(browser, shown, False) is False, f"the sidebar button did nothing on {page} at {DESKTOP} px"
     browser.click(".bd-header-article .primary-toggle")
-    time.sleep(0.5)
-    assert browser.js(shown)
+    assert until(browser, shown, True)
     if browser.js("document.querySelectorAll('#pst-secondary-sidebar nav a').length"):
         assert browser.js("document.querySelector('#pst-secondary-sidebar').getBoundingClientRect().width > 150"), \
             f"the page contents are not shown on {page} at {DESKTOP} px"
