@@ -198,7 +198,8 @@
       el["lengths"].value = SEED_LENGTHS.join(", ");
       el["max-len"].value = "2048";
       el["pool-size"].value = "40960";
-      self.errors = {};
+      // every field now holds good text: clear each one's error, message and red border
+      ["lengths", "max-len", "pool-size"].forEach(function (testid) { self.accept(testid); });
       self.update({ lengths: SEED_LENGTHS.slice(), maxLen: 2048, pool: 40960 });
     });
     el["max-len"].addEventListener("change", function () { self.applyNumber("max-len", "max length", "maxLen"); });
@@ -211,27 +212,55 @@
   };
 
   TryPaging.prototype.applyLengths = function () {
-    var parsed = parseLengths(this.el["lengths"].value, this.state.maxLen);
-    if (parsed.error) { this.reject("lengths", parsed.error); return; }
-    this.accept("lengths");
-    this.update({ lengths: parsed.value });
+    if (this.tryLengths()) { this.recheckOthers("lengths"); }
   };
 
   TryPaging.prototype.applyNumber = function (testid, what, key) {
+    if (this.tryNumber(testid, what, key)) { this.recheckOthers(testid); }
+  };
+
+  /** Apply the lengths box if its text is valid now; return whether it was. */
+  TryPaging.prototype.tryLengths = function () {
+    var parsed = parseLengths(this.el["lengths"].value, this.state.maxLen);
+    if (parsed.error) { this.reject("lengths", parsed.error); return false; }
+    this.accept("lengths");
+    this.update({ lengths: parsed.value });
+    return true;
+  };
+
+  /** Apply a number field if its text is valid now; return whether it was. */
+  TryPaging.prototype.tryNumber = function (testid, what, key) {
     var parsed = parseWholeNumber(this.el[testid].value, what);
-    if (parsed.error) { this.reject(testid, parsed.error); return; }
+    if (parsed.error) { this.reject(testid, parsed.error); return false; }
     if (key === "maxLen") {
       var longest = Math.max.apply(null, this.state.lengths);
       if (parsed.value < longest) {
         this.reject(testid, "The max length (" + fmt(parsed.value) + ") is shorter than the longest request (" +
           fmt(longest) + " tokens). Raise it, or shorten that request first.");
-        return;
+        return false;
       }
     }
     this.accept(testid);
     var change = {};
     change[key] = parsed.value;
     this.update(change);
+    return true;
+  };
+
+  /**
+   * A good change in one field can make another field's rejected text valid (shorter requests
+   * make a small max length fit; a larger max length admits longer requests). Re-check each field
+   * still marked bad, so no red border or message outlives its reason.
+   */
+  TryPaging.prototype.recheckOthers = function (changed) {
+    var self = this;
+    var fields = { "lengths": null, "max-len": ["max length", "maxLen"], "pool-size": ["pool size", "pool"] };
+    Object.keys(this.errors).forEach(function (testid) {
+      if (testid === changed || !(testid in self.errors)) { return; }
+      if (testid === "lengths") { self.tryLengths(); } else {
+        self.tryNumber(testid, fields[testid][0], fields[testid][1]);
+      }
+    });
   };
 
   /** Bad input: say what is wrong and keep the last good state (nothing is recomputed). */
@@ -285,8 +314,8 @@
     var paged = s.mode === "paged";
 
     el["page-size"].disabled = !paged;
-    el["page-size"].setAttribute("aria-valuetext", s.pageSize + (s.pageSize === 1 ? " token" : " tokens"));
-    el["page-size-value"].textContent = String(s.pageSize);
+    el["page-size"].setAttribute("aria-valuetext", fmt(s.pageSize) + (s.pageSize === 1 ? " token" : " tokens"));
+    el["page-size-value"].textContent = fmt(s.pageSize);
     this.root.setAttribute("data-mode", s.mode);
 
     setNumber(el["used"], r.plan.used, fmt(r.plan.used));
@@ -295,10 +324,13 @@
     setNumber(el["capacity"], r.capacity, fmt(r.capacity));
     setNumber(el["ratio"], r.ratio, times(r.ratio));
 
-    var layout = paged ? "Paged, " + s.pageSize + "-token pages" : "Reserve-max, " + fmt(s.maxLen) + "-token slots";
+    var layout = paged ? "Paged, " + fmt(s.pageSize) + "-token pages" : "Reserve-max, " + fmt(s.maxLen) + "-token slots";
+    var fit = fmt(r.capacity) + (r.capacity === 1 ? " request fits" : " requests fit") + " the pool";
+    var against = isFinite(r.ratio)
+      ? (paged ? " (" + times(r.ratio) + " reserve-max)." : ".")
+      : "; reserve-max fits none: the pool is smaller than one " + fmt(s.maxLen) + "-token reservation.";
     el["summary"].textContent = layout + ": " + fmt(r.plan.allocated) + " slots allocated for " +
-      fmt(r.plan.used) + " tokens of K/V, waste " + percent(r.waste) + ", " + fmt(r.capacity) +
-      " requests fit the pool (" + times(r.ratio) + " reserve-max).";
+      fmt(r.plan.used) + " tokens of K/V, waste " + percent(r.waste) + ", " + fit + against;
 
     this.drawRows(r.plan);
     this.drawPool(r);

@@ -3,14 +3,19 @@
 The course repository's URL lives in one place, `_config.yml` (`repository.url`, `repository.branch`).
 This script rewrites, in every `notebooks/*.ipynb`:
 - the Colab badge: the line of the first (markdown) cell that starts with `[![Open In Colab]`;
-- the setup cell: the first code cell, identical in every notebook;
-- the metadata that asks Colab for a GPU runtime.
+- the setup cell: the first code cell, identical in every notebook (its long environment printout is
+  collapsed on the site: tag hide-output);
+- the metadata that asks Colab for a GPU runtime;
+- the exercise help: after each exercise's first check cell (and its "# Uncomment for help" cell), a
+  markdown cell with the exercise's question, hints and solution in collapsed dropdowns, made from
+  the exercise registry (``Exercise.help_html``), so the site and the notebook never disagree.
 
     python scripts/sync_notebooks.py          # rewrite
     python scripts/sync_notebooks.py --check  # list drift, exit 1 if any (used by the tests)
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -47,7 +52,9 @@ pagedlib.print_env()'''
 
 
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
-SETUP_TAGS = ["nbval-ignore-output"]  # versions and device differ between machines
+# nbval-ignore-output: versions and device differ between machines; hide-output: the site shows the
+# environment report collapsed, one click away.
+SETUP_TAGS = ["nbval-ignore-output", "hide-output"]
 
 
 def sync(nb_path: Path, write: bool) -> list[str]:
@@ -83,8 +90,90 @@ def sync(nb_path: Path, write: bool) -> list[str]:
         if nb.metadata.get(key) != value:
             drift.append(f"metadata {key!r} should be {value!r}")
             nb.metadata[key] = value
+    drift += sync_exercise_help(nb)
     if drift and write:
         nbformat.write(nb, nb_path)
+    return drift
+
+
+# ---- exercise help cells ---------------------------------------------------------------------
+HELP_KEY = "exercise_help"                   # cell.metadata["pagedlib"][HELP_KEY] = exercise name
+HELP_TAGS = ["exercise-help"]
+_EXERCISE_IMPORT = re.compile(r"^\s*from\s+pagedlib\.exercises\s+import\s+(ch\d+)\s+as\s+(\w+)", re.M)
+_CHECK_CALL = re.compile(r"\b(\w+)\.(\w+)\.check\(")
+
+
+def _registry() -> dict:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from pagedlib.exercises import registry
+    return registry()
+
+
+def is_help_cell(cell) -> bool:
+    return cell.cell_type == "markdown" and HELP_KEY in cell.metadata.get("pagedlib", {})
+
+
+def help_cell(exercise, old=None):
+    """The markdown cell that shows ``exercise``'s question, hints and solution in dropdowns.
+
+    ``old``, the exercise's previous help cell, is reused (its id stays, so a re-sync that changes
+    nothing changes no byte of the notebook)."""
+    cell = old if old is not None else nbformat.v4.new_markdown_cell()
+    cell.source = exercise.help_html()
+    cell.metadata = {"pagedlib": {HELP_KEY: exercise.name}, "tags": list(HELP_TAGS)}
+    return cell
+
+
+def checked_exercises(cells) -> list[tuple[int, str]]:
+    """(index of the cell after which its help goes, exercise name) for each exercise's first check.
+
+    An exercise is ``ALIAS.name.check(...)`` where ``from pagedlib.exercises import chNN as ALIAS``
+    came earlier in the notebook. Its help goes after the check cell, or after the next cell when
+    that one is the "# Uncomment for help" cell (calls ``.hint`` / ``.solution`` and no ``.check``).
+    """
+    aliases: dict[str, str] = {}
+    seen, out = set(), []
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        for module, alias in _EXERCISE_IMPORT.findall(cell.source):
+            aliases[alias] = module
+        for alias, attr in _CHECK_CALL.findall(cell.source):
+            if alias not in aliases or f"{aliases[alias]}.{attr}" in seen:
+                continue
+            name = f"{aliases[alias]}.{attr}"
+            seen.add(name)
+            after = i
+            nxt = cells[i + 1] if i + 1 < len(cells) else None
+            if (nxt is not None and nxt.cell_type == "code" and ".check(" not in nxt.source
+                    and f"{alias}.{attr}.hint(" in nxt.source):
+                after = i + 1
+            out.append((after, name))
+    return out
+
+
+def sync_exercise_help(nb) -> list[str]:
+    """Put one up-to-date help cell after each checked exercise; return the drift found.
+
+    Idempotent: old help cells are taken out first and rebuilt from the registry, so running it
+    twice changes nothing, and a changed hint or a moved exercise shows up as drift.
+    """
+    registry = _registry()
+    old = [(i, c.source, c.metadata["pagedlib"][HELP_KEY]) for i, c in enumerate(nb.cells) if is_help_cell(c)]
+    old_cells = {c.metadata["pagedlib"][HELP_KEY]: c for c in nb.cells if is_help_cell(c)}
+    cells = [c for c in nb.cells if not is_help_cell(c)]
+    drift = []
+    for after, name in reversed(checked_exercises(cells)):
+        if name not in registry:
+            drift.append(f"{name} is checked but not registered in pagedlib.exercises")
+            continue
+        cells.insert(after + 1, help_cell(registry[name], old_cells.get(name)))
+    new = [(i, c.source, c.metadata["pagedlib"][HELP_KEY]) for i, c in enumerate(cells) if is_help_cell(c)]
+    if new != old:
+        changed = sorted({n for _, _, n in set(new) ^ set(old)})
+        drift.append(f"exercise help cells out of date: {', '.join(changed)}")
+    nb.cells = cells
     return drift
 
 

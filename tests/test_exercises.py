@@ -1,12 +1,43 @@
 """The exercise contract, for every registered exercise of every chapter."""
+import re
 import time
 
 import pytest
+import torch
 
-from pagedlib.exercises import (CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Result, default_compare,
-                                registry)
+from pagedlib.exercises import (CORRECT, HINT_RUNGS, INCORRECT, MIN_HINTS, NOT_ATTEMPTED, Exercise,
+                                Result, default_compare, registry)
 
 EXERCISES = registry()
+
+# Exercises written before the three-rung hints and the one-line "why" existed. Each chapter's
+# engineer brings theirs up to the contract; the tests then XPASS and the name comes off the list.
+# Any exercise NOT listed here must already meet the contract.
+FEWER_THAN_THREE_HINTS = {
+    "ch00.num_programs": "chapter 0", "ch04.append_token": "chapter 4", "ch04.capacity_at": "chapter 4",
+    "ch04.pages_for": "chapter 4", "ch05.block_table_to_csr": "chapter 5", "ch05.gather_keys": "chapter 5",
+    "ch05.slot_of": "chapter 5", "ch07.load_page": "chapter 7 (8 after the renumbering)",
+    "ch07.online_update": "chapter 7 (8 after the renumbering)",
+    "ch08.merge_partials": "chapter 8 (9 after the renumbering)",
+    "ch08.num_splits": "chapter 8 (9 after the renumbering)",
+}
+_RENUMBERED = {"06": "6 (sharing; prefix caching moves to 7)", "07": "7 (8 after the renumbering)",
+               "08": "8 (9 after the renumbering)", "09": "9 (10 after the renumbering)",
+               "10": "10 (12 after the renumbering)"}
+NO_WHY_YET = {name: f"chapter {_RENUMBERED.get(name[2:4], str(int(name[2:4])))}" for name in [
+    "ch00.num_programs", "ch01.kv_bytes_per_token", "ch01.requests_that_fit", "ch02.pool_capacity",
+    "ch02.reserve_max_waste", "ch03.external_fragmentation", "ch03.first_fit", "ch04.append_token",
+    "ch04.capacity_at", "ch04.pages_for", "ch05.block_table_to_csr", "ch05.gather_keys",
+    "ch05.slot_of", "ch06.fork_and_copy_on_write", "ch06.hit_count", "ch07.load_page",
+    "ch07.online_update", "ch08.merge_partials", "ch08.num_splits", "ch09.num_steps",
+    "ch09.preempted", "ch10.best_page_size", "ch10.reserve_max_capacity"]}
+
+
+def _contract(names_to_chapter: dict[str, str], what: str):
+    """Every registered exercise, the listed ones marked xfail (not strict) naming their chapter."""
+    return [pytest.param(name, marks=pytest.mark.xfail(
+                strict=False, reason=f"{names_to_chapter[name]}: {name} {what} (issue 15)"))
+            if name in names_to_chapter else name for name in sorted(EXERCISES)]
 
 
 def test_registry_is_not_empty_and_names_are_chapter_qualified():
@@ -80,6 +111,47 @@ def test_hints_exist(exercise):
     assert exercise.hints, f"{exercise.name} has no hints"
 
 
+@pytest.mark.parametrize("name", _contract(FEWER_THAN_THREE_HINTS, "needs three hints: the concept, "
+                                                                   "the approach, almost the code"))
+def test_every_exercise_has_three_hint_rungs(name):
+    hints = EXERCISES[name].hints
+    assert len(hints) >= MIN_HINTS, f"{name} has {len(hints)} hint(s); give {', '.join(HINT_RUNGS)}"
+    assert all(h.strip() for h in hints)
+
+
+@pytest.mark.parametrize("name", _contract(NO_WHY_YET, "needs why=: one line shown with 'Correct'"))
+def test_every_exercise_says_why_its_answer_is_correct(name):
+    exercise = EXERCISES[name]
+    message = exercise.check(exercise.reference).message
+    assert message == exercise.why and 10 <= len(message) <= 200 and "\n" not in message
+
+
+def test_messages_are_one_line_and_never_a_tensor_dump(exercise):
+    for answer in [*exercise.wrong, "a string", 2.5, ..., torch.zeros(4, 16, 2, 8)]:
+        message = exercise.check(answer).message
+        assert "\n" not in message and "Traceback" not in message, (exercise.name, message)
+        assert "tensor([[" not in message and "dtype=torch" not in message, (exercise.name, message)
+        assert len(message) <= 400, (exercise.name, message)
+
+
+def test_not_attempted_says_what_to_do_also_on_colab(exercise):
+    message = exercise.check(...).message
+    assert "Colab" in message and ("`...`" in message or "NotImplementedError" in message)
+
+
+def test_help_html_shows_question_every_hint_and_the_solution_collapsed(exercise, capsys):
+    page = exercise.help_html()
+    assert exercise.name in page
+    summaries = re.findall(r"<details class=\"pagedlib-help\"><summary>([^<]*)</summary>", page)
+    assert summaries == [exercise.hint_title(n) for n in range(1, len(exercise.hints) + 1)] + ["Solution"]
+    assert "<details open" not in page          # every dropdown starts collapsed
+    assert "\n\n" not in page and not re.search(r"\n\s*\n", page)  # a blank line ends Markdown's HTML
+    exercise.solution()
+    shown = [line.rstrip() for line in capsys.readouterr().out.strip().split("\n")]
+    in_page = html_unescape(page.split("<pre>")[1].split("</pre>")[0]).replace("\xa0", "").split("\n")
+    assert [line.rstrip() for line in in_page] == shown
+
+
 # ---- the contract on hand-made exercises -----------------------------------------------------
 
 def _forever(x):
@@ -105,14 +177,111 @@ def test_a_looping_function_times_out_as_incorrect(loop):
     assert time.perf_counter() - start < 5
 
 
+def html_unescape(text: str) -> str:
+    import html
+    return html.unescape(text)
+
+
 def test_value_exercise_states_and_messages():
     ex = Exercise("test.value", "2 + 2", 4, wrong=[5], diagnose=lambda a, e: "too big" if a > e else None)
     assert ex.check(4).state == CORRECT
-    assert ex.check(4.0).state == CORRECT
     r = ex.check(5)
     assert r.state == INCORRECT and "too big" in r.message and "4" not in r.message
     assert ex.check("4").state == INCORRECT
     assert ex.check(...).state == NOT_ATTEMPTED
+
+
+def test_a_float_where_an_int_is_asked_says_so_in_good_grammar():
+    ex = Exercise("test.int", "2 + 2", 4, wrong=[5])
+    r = ex.check(4.0)                           # even an integer-valued float: range(4.0) fails
+    assert r.state == INCORRECT and "a float; expected an int" in r.message and "//" in r.message
+    assert "a int" not in r.message
+    import numpy as np
+    assert ex.check(np.int64(4)).state == CORRECT   # numpy integers are ints
+    fn = Exercise("test.pages", "pages", lambda n, p: -(-n // p), cases=[(17, 16)], wrong=[lambda n, p: n])
+    r = fn.check(lambda n, p: n / p)
+    assert r.state == INCORRECT and "returned 1.0625 for input (17, 16), a float; expected an int" in r.message
+
+
+def test_a_string_or_a_tensor_where_a_number_is_asked():
+    ex = Exercise("test.float", "a half", 0.5, wrong=[0.25])
+    r = ex.check("50%")
+    assert r.state == INCORRECT and "the text '50%', a str; expected an int or a float" in r.message
+    assert "without quotes" in r.message
+    r = ex.check(torch.tensor(0.5))
+    assert r.state == INCORRECT and "tensor(0.5), a tensor" in r.message and ".item()" in r.message
+    assert ex.check(torch.tensor(0.5).item()).state == CORRECT
+    listed = Exercise("test.list", "a list", [1, 2], wrong=[[2, 1]])
+    assert "an object; expected a list or a tuple" in listed.check(object()).message
+
+
+def test_a_checker_never_leaks_its_own_errors_or_a_tensor_repr():
+    def broken_compare(answer, expected):
+        return answer["key"] == expected        # KeyError / TypeError on most answers
+    ex = Exercise("test.leaky", "x", {"key": 1}, wrong=[{"key": 2}], compare=broken_compare,
+                  diagnose=lambda a, e: a["missing"])
+    for answer in ({"other": 1}, {"key": 2}):
+        r = ex.check(answer)
+        assert r.state == INCORRECT and "KeyError" not in r.message and "'missing'" not in r.message
+    big = Exercise("test.tensor", "ones", lambda n: torch.ones(n, 64), cases=[(32,)],
+                   wrong=[lambda n: torch.zeros(n, 64)])
+    r = big.check(lambda n: torch.zeros(n, 64))
+    assert r.state == INCORRECT and "a float32 tensor of shape [32, 64]" in r.message
+    assert "\n" not in r.message and "tensor(" not in r.message
+    r = big.check(lambda n: {}["no such key"])  # the learner's own KeyError is theirs to see, on one line
+    assert "raised KeyError" in r.message and "\n" not in r.message
+
+
+def test_correct_says_why_in_one_line():
+    ex = Exercise("test.why", "2 + 2", 4, wrong=[5], why="two pairs make four.")
+    r = ex.check(4)
+    assert r.state == CORRECT and r.message == "two pairs make four."
+    assert "two pairs make four." in str(r) and "two pairs make four." in r._repr_html_()
+    with pytest.raises(ValueError, match="why must be one line"):
+        Exercise("test.why2", "x", 1, wrong=[2], why="line one\nline two")
+
+
+def test_listed_mistakes_get_their_own_message():
+    last_page_len = Exercise(
+        "test.last_page_len", "tokens in the last page", lambda n, p: (n - 1) % p + 1,
+        cases=[(5, 4), (8, 4), (1, 4)],
+        mistakes=[(lambda n, p: n % p, "`n % p` is 0 for a full page, which holds p tokens.")])
+    assert last_page_len.wrong, "mistakes count as wrong answers for the contract tests"
+    r = last_page_len.check(lambda n, p: n % p)
+    assert r.state == INCORRECT and "0 for a full page" in r.message and "input (8, 4)" in r.message
+    value = Exercise("test.waste", "waste", 0.748, mistakes=[(0.252, "that is the used fraction.")])
+    assert "used fraction" in value.check(0.252).message
+    assert "used fraction" not in value.check(0.5).message
+    with pytest.raises(ValueError, match="mistakes must be"):
+        Exercise("test.bad", "x", 1, mistakes=[2])
+
+
+def test_not_attempted_names_the_starter_and_colab():
+    ex = Exercise("test.na", "x", lambda n: n, cases=[(1,)], wrong=[lambda n: 0])
+    r = ex.check(_not_attempted_function)
+    assert r.state == NOT_ATTEMPTED and "NotImplementedError" in r.message and "Colab" in r.message
+    assert "Colab" in str(r)
+
+
+def test_hint_titles_climb_the_rungs(capsys):
+    ex = Exercise("test.rungs", "x", 1, wrong=[2], hints=["idea", "plan", "code"])
+    assert [ex.hint_title(n) for n in (1, 2, 3)] == [
+        "Hint 1 of 3 (the concept)", "Hint 2 of 3 (the approach)", "Hint 3 of 3 (almost the code)"]
+    ex.hint(2)
+    assert capsys.readouterr().out.strip() == "Hint 2 of 3 (the approach): plan Next: .hint(3)."
+    ex.hint(3)
+    assert capsys.readouterr().out.strip().endswith("Next: .solution().")
+    ex.hint("2")
+    assert "does not exist" in capsys.readouterr().out
+
+
+def test_help_html_escapes_and_formats():
+    ex = Exercise("test.html", "Is `a < b` **true**?", True, wrong=[False],
+                  hints=["Compare <a> and `b`.", "two", "three"])
+    page = ex.help_html()
+    assert "<code>a &lt; b</code>" in page and "<strong>true</strong>" in page
+    assert "Compare &lt;a&gt; and <code>b</code>." in page
+    assert page.count("<details") == 4
 
 
 def test_check_survives_a_broken_compare():
@@ -147,3 +316,58 @@ def test_an_answer_that_changes_its_inputs_cannot_corrupt_the_cases():
     assert result.state == INCORRECT and "[512, 37, 1900, 128, 4]" in result.message
     assert exercise.cases == cases
     assert exercise.check(exercise.reference).state == CORRECT
+
+
+# ---- the site's help cells (scripts/sync_notebooks.py) -----------------------------------------------
+def _sync_module():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import sync_notebooks
+    return sync_notebooks
+
+
+def _exercise_notebook():
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
+                nbformat.v4.new_code_cell("from pagedlib.exercises import ch04 as ex\n"
+                                          "def f(n, p):\n    raise NotImplementedError\n"
+                                          "ex.pages_for.check(f)"),
+                nbformat.v4.new_code_cell("# Uncomment for help:\n# ex.pages_for.hint()"),
+                nbformat.v4.new_markdown_cell("Next exercise."),
+                nbformat.v4.new_code_cell("ex.append_token.check(...)"),
+                nbformat.v4.new_code_cell("ex.pages_for.check(lambda n, p: 0)")]  # a second check: no 2nd help
+    return nb
+
+
+def test_sync_writes_one_help_cell_per_exercise_after_its_help_cell_and_is_idempotent(monkeypatch):
+    sync = _sync_module()
+    nb = _exercise_notebook()
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token, ch04.pages_for"]
+    kinds = [("help:" + c.metadata["pagedlib"]["exercise_help"]) if sync.is_help_cell(c) else c.cell_type
+             for c in nb.cells]
+    assert kinds == ["markdown", "code", "code", "help:ch04.pages_for", "markdown", "code",
+                     "help:ch04.append_token", "code"]
+    help_cell = nb.cells[3]
+    assert help_cell.source == EXERCISES["ch04.pages_for"].help_html()
+    assert help_cell.metadata["tags"] == ["exercise-help"]
+    before = [dict(c) for c in nb.cells]
+    assert sync.sync_exercise_help(nb) == [] and [dict(c) for c in nb.cells] == before   # idempotent
+    # a changed hint in the registry is drift, and the cell is rewritten
+    monkeypatch.setattr(EXERCISES["ch04.pages_for"], "hints", ["new concept", "new approach", "new code"])
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.pages_for"]
+    assert "new approach" in nb.cells[3].source
+    # an exercise whose check cell is gone loses its help cell
+    del nb.cells[5]
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token"]
+    assert sum(sync.is_help_cell(c) for c in nb.cells) == 1
+
+
+def test_sync_reports_a_checked_exercise_that_is_not_registered():
+    import nbformat
+    sync = _sync_module()
+    nb = _exercise_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("ex.no_such_exercise.check(1)"))
+    assert "ch04.no_such_exercise is checked but not registered in pagedlib.exercises" in \
+        sync.sync_exercise_help(nb)

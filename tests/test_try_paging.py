@@ -2,7 +2,7 @@
 
 The test builds a one-page book with Jupyter Book (about 3 s), opens it from ``file://`` and drives it
 the way a reader does (clicks, arrow keys, typing) over the Chrome DevTools Protocol, through a small
-client on top of ``websocket-client``. Every number the page shows is compared with
+client on top of ``websocket-client`` (tests/browser.py). Every number the page shows is compared with
 ``pagedlib.reserve_max_plan`` / ``pagedlib.paged_plan``. Screenshots of every state land in
 ``artifacts/try-paging/`` (look at them).
 
@@ -11,9 +11,6 @@ Without it these tests fail; they never skip.
 """
 from __future__ import annotations
 
-import base64
-import itertools
-import json
 import random
 import re
 import shutil
@@ -21,11 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-import websocket
+from browser import Chromium, find_chromium
 
 import pagedlib
 from pagedlib.plots.style import COLORS
@@ -36,173 +32,6 @@ STATIC = [ROOT / "_static" / "try-paging.js", ROOT / "_static" / "try-paging.css
 ARTIFACTS = ROOT / "artifacts" / "try-paging"
 SEED = [512, 37, 1900, 128, 4]
 MAX_LEN, POOL = 2048, 40960
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
-                  "--remote-debugging-port=0", "--window-size=1100,900"]
-# Console errors that Jupyter Book 1.x's theme stack prints on EVERY page of the book, whatever the page
-# holds; they are not this widget's. Each is matched exactly; anything else fails the test.
-#  - Sphinx 7.4 writes inline scripts that extensions add after the builder starts twice, so
-#    sphinx-thebe's `const THEBE_JS_URL = ...` is declared twice (a SyntaxError in the page's <head>).
-#  - pydata-sphinx-theme logs "Got invalid theme mode" on a first visit (empty localStorage) unless
-#    `html_context: {default_mode: auto}` is set.
-THEME_NOISE: tuple[str, ...] = ()  # the book's config fixes the theme's own console errors
-KEYS = {"ArrowRight": 39, "ArrowLeft": 37, "ArrowUp": 38, "ArrowDown": 40, "Home": 36, "End": 35,
-        "Tab": 9, "Enter": 13, " ": 32}
-
-
-# ---- a tiny Chrome DevTools Protocol client ------------------------------------------------------
-class Chromium:
-    """One headless Chromium with one page, driven over the DevTools protocol.
-
-    ``call(method, **params)`` sends a command and returns its result; events that arrive meanwhile
-    are kept in ``events`` (console messages, exceptions, network requests).
-    """
-
-    def __init__(self, binary: str, profile: Path):
-        self.proc = subprocess.Popen([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not port_file.exists() or not port_file.read_text().strip():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
-                self.close()
-                raise RuntimeError(f"chromium did not start its DevTools endpoint: {err[-2000:]}")
-            time.sleep(0.05)
-        port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
-            targets = [t for t in json.load(reply) if t["type"] == "page"]
-        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=30,
-                                              suppress_origin=True)
-        self.ids = itertools.count(1)
-        self.events: list[dict] = []
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.call(f"{domain}.enable")
-
-    def call(self, method: str, **params) -> dict:
-        msg_id = next(self.ids)
-        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == msg_id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method} failed: {msg['error']}")
-                return msg.get("result", {})
-            if "method" in msg:
-                self.events.append(msg)
-
-    def wait_for_event(self, method: str, timeout: float = 30) -> dict:
-        deadline = time.monotonic() + timeout
-        seen = len(self.events)
-        while time.monotonic() < deadline:
-            for event in self.events[seen:]:
-                if event["method"] == method:
-                    return event
-            seen = len(self.events)
-            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
-            msg = json.loads(self.ws.recv())
-            if "method" in msg:
-                self.events.append(msg)
-        raise TimeoutError(f"no {method} within {timeout} s")
-
-    def open(self, url: str) -> None:
-        self.events.clear()
-        self.call("Page.navigate", url=url)
-        self.wait_for_event("Page.loadEventFired")
-
-    def js(self, expression: str):
-        """Evaluate JavaScript in the page; returns its value (must be JSON-serialisable)."""
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"JavaScript error in {expression!r}: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def key(self, key: str) -> None:
-        """Press and release one key, as a keyboard would (it goes to the focused element)."""
-        code = {" ": "Space"}.get(key, key)
-        common = {"key": key, "code": code, "windowsVirtualKeyCode": KEYS[key],
-                  "nativeVirtualKeyCode": KEYS[key]}
-        down = {"type": "keyDown", **common}
-        if key in ("Enter", " "):
-            down.update(text="\r" if key == "Enter" else " ")
-        self.call("Input.dispatchKeyEvent", **down)
-        self.call("Input.dispatchKeyEvent", type="keyUp", **common)
-
-    def type_text(self, text: str) -> None:
-        self.call("Input.insertText", text=text)
-
-    def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element."""
-        box = self.js(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-            e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
-            return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
-        for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
-
-    def viewport(self, width: int, height: int, mobile: bool = False) -> None:
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=mobile)
-
-    def screenshot(self, path: Path, selector: str | None = None) -> None:
-        """Save a PNG of the page, or of the element `selector` once its layout has settled."""
-        params = {"format": "png", "captureBeyondViewport": True}
-        if selector:
-            measure = f"""new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {{
-                const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();
-                done([r.x + scrollX, r.y + scrollY, r.width, r.height]); }})))"""
-            rect, deadline = self.js(measure), time.monotonic() + 5
-            while time.monotonic() < deadline:
-                time.sleep(0.1)
-                again = self.js(measure)
-                if again == rect:
-                    break
-                rect = again
-            pad = 8
-            params["clip"] = {"x": max(rect[0] - pad, 0), "y": max(rect[1] - pad, 0),
-                              "width": rect[2] + 2 * pad, "height": rect[3] + 2 * pad, "scale": 1}
-        data = self.call("Page.captureScreenshot", **params)["data"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
-
-    def problems(self, ignore: tuple[str, ...] = THEME_NOISE) -> list[str]:
-        """Console errors and warnings, uncaught exceptions and failed loads since the page opened,
-        except those that contain one of the `ignore` texts."""
-        out = []
-        for e in self.events:
-            p = e.get("params", {})
-            if e["method"] == "Runtime.exceptionThrown":
-                details = p["exceptionDetails"]
-                out.append(f"exception: {details.get('exception', {}).get('description', details.get('text'))} "
-                           f"at {details.get('url', '')}:{details.get('lineNumber')}")
-            elif e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "warning", "assert"):
-                out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
-            elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
-                out.append(f"log {p['entry']['level']}: {p['entry']['text']} {p['entry'].get('url', '')}")
-            elif e["method"] == "Network.loadingFailed":
-                out.append(f"failed load: {p.get('errorText')} ({p.get('type')})")
-        return [line for line in out if not any(text in line for text in ignore)]
-
-    def requested_urls(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
-
-    def close(self) -> None:
-        ws = getattr(self, "ws", None)
-        if ws is not None:
-            ws.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    return None
 
 
 # ---- fixtures --------------------------------------------------------------------------------------
@@ -344,16 +173,18 @@ def test_slider_moves_by_keyboard_and_waste_follows_pagedlib(page):
     sizes = []
     for step in range(12):
         got = shown(page)
-        size = int(got["page-size-value"])
+        size = int(number(got["page-size-value"]))
         assert size == 2 ** step
         assert page.js("document.querySelector('[data-testid=\"page-size\"]').getAttribute('aria-valuetext')") \
-            .startswith(f"{size} token")
+            .startswith(f"{size:,} token")
         assert_matches(got, expected(SEED, "paged", size))
         sizes.append((size, float(got["waste:value"])))
         if size in (1, 64, 256, 2048):
             shot(page, f"03-paged-page-{size:04d}")
         page.key("ArrowRight")
-    assert shown(page)["page-size-value"] == "2048", "the slider must stop at 2,048"
+    assert shown(page)["page-size-value"] == "2,048", "the slider must stop at 2,048"
+    assert page.js("document.querySelector('[data-testid=\"summary\"]').textContent") \
+        .startswith("Paged, 2,048-token pages:"), "numbers on the page are written 2,048"
     wastes = [w for _, w in sizes]
     assert wastes == sorted(wastes), "waste must creep back as pages grow"
     assert wastes[0] == 0.0
@@ -384,7 +215,7 @@ def test_custom_and_random_lengths_match_pagedlib(page):
     mix = [int(x) for x in page.js("document.querySelector('[data-testid=\"lengths\"]').value").split(",")]
     got = shown(page)
     assert got["message"] == "" and got["rows"] == len(mix)
-    assert_matches(got, expected(mix, "paged", int(got["page-size-value"])))
+    assert_matches(got, expected(mix, "paged", int(number(got["page-size-value"]))))
     shot(page, "05-random-mix")
 
 
@@ -455,6 +286,50 @@ def test_max_length_and_pool_size(page):
     assert pagedlib.reserve_max_plan(SEED, 4096).capacity(3000) == 0
     assert int(got["capacity"]) == pagedlib.paged_plan(SEED, 16).capacity(3000)
     assert got["ratio"] == "n/a"
+    summary = page.js("document.querySelector('[data-testid=\"summary\"]').textContent")
+    assert "reserve-max fits none: the pool is smaller than one 4,096-token reservation" in summary
+    assert "n/a" not in summary
+
+
+def _red_borders(page) -> list[str]:
+    return page.js("""[...document.querySelectorAll('.tp input')].filter(e =>
+        e.getAttribute('aria-invalid') === 'true' || getComputedStyle(e).borderTopWidth === '2px')
+        .map(e => e.dataset.testid)""")
+
+
+def _type_into(page, testid: str, text: str) -> None:
+    focus(page, testid)
+    page.js(f"document.querySelector('[data-testid=\"{testid}\"]').select()")
+    page.type_text(text)
+    page.key("Tab")
+
+
+@pytest.mark.slow
+def test_back_to_the_example_clears_every_error_and_red_border(page):
+    set_lengths(page, "512, abc")
+    _type_into(page, "pool-size", "-3")
+    assert shown(page)["message"] and sorted(_red_borders(page)) == ["lengths", "pool-size"]
+    page.click('[data-testid="reset"]')
+    got = shown(page)
+    assert got["message"] == "" and _red_borders(page) == []
+    assert_matches(got, expected(SEED, "reserve"))
+    shot(page, "10-after-back-to-the-example")
+
+
+@pytest.mark.slow
+def test_a_rejected_field_that_another_change_makes_valid_loses_its_red_border(page):
+    _type_into(page, "max-len", "1000")                  # shorter than the 1,900-token request
+    assert "shorter than the longest request" in shown(page)["message"]
+    assert _red_borders(page) == ["max-len"]
+    set_lengths(page, "100, 200, 900")                   # now 1,000 is long enough: it applies
+    got = shown(page)
+    assert got["message"] == "" and _red_borders(page) == []
+    assert_matches(got, expected([100, 200, 900], "reserve", max_len=1000))
+    set_lengths(page, "100, 3000")                       # longer than the max length: refused
+    assert _red_borders(page) == ["lengths"]
+    _type_into(page, "max-len", "4096")                  # a larger max length admits it
+    assert shown(page)["message"] == "" and _red_borders(page) == []
+    assert_matches(shown(page), expected([100, 3000], "reserve", max_len=4096))
 
 
 @pytest.mark.slow

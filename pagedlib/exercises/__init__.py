@@ -8,23 +8,34 @@ Every chapter has a module here (``ch02``, ``ch04``, ...) that defines its exerc
 
 ``check`` never raises. It shows, and returns, a :class:`Result` whose ``state`` is one of
 
-- ``"correct"``;
-- ``"incorrect"``, with a message that says what is wrong without giving the answer away;
+- ``"correct"``, with one line on why it is right (the exercise's ``why``);
+- ``"incorrect"``, with a one-line message that says what is wrong without giving the answer away:
+  a targeted one for the common mistakes (``mistakes``; a float or a string where an int is asked;
+  a tensor where a number is asked), else the exercise's ``diagnose``, else a pointer to the hints;
 - ``"not attempted"``: the answer is ``...`` or ``None``, or a function that still raises
-  ``NotImplementedError`` (the starter code is untouched).
+  ``NotImplementedError`` (the starter code is untouched); the message says what to do, on Colab too.
 
 An exercise's answer is either a value or a function. A function is called on every test case and
 compared with the reference; one that raises, returns the wrong type or runs too long is incorrect,
-with a message that names the input it failed on. ``registry()`` returns every exercise.
+with a message that names the input it failed on. A checker never shows a traceback or a multi-line
+tensor: values are shortened to one line, and a checker that fails on an odd answer says so plainly.
+
+Help comes in rungs: ``.hint()`` (1, the concept), ``.hint(2)`` (the approach), ``.hint(3)`` (almost
+the code), then ``.solution()``. The course's site shows the same question, hints and solution in
+collapsed dropdowns under each exercise (``help_html``; scripts/sync_notebooks.py writes them into
+the notebooks from this registry). ``registry()`` returns every exercise.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import importlib
 import inspect
+import io
 import math
 import pkgutil
+import re
 import signal
 import textwrap
 import threading
@@ -34,6 +45,13 @@ from typing import Any, Callable, Sequence
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
 
 _REGISTRY: dict[str, "Exercise"] = {}
+
+# What each hint gives, gentlest first; an exercise has at least three (tests/test_exercises.py).
+HINT_RUNGS = ("the concept", "the approach", "almost the code")
+MIN_HINTS = len(HINT_RUNGS)
+# Appended to every "Not attempted yet": the site shows the stored starter cells, which cannot run.
+RUN_IT_YOURSELF = ("(Reading this on the website? Open the chapter in Colab with the badge at the top "
+                   "of the page, then run the cells.)")
 
 _COLOURS = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#6e7781"}
 _ICONS = {CORRECT: "Correct", INCORRECT: "Incorrect", NOT_ATTEMPTED: "Not attempted yet"}
@@ -61,7 +79,7 @@ class Result:
         msg = f" {html.escape(self.message)}" if self.message else ""
         return (f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0">'
                 f'<b style="color:{colour}">{_ICONS[self.state]}</b> '
-                f'<code>{html.escape(self.exercise)}</code>{msg}</div>')
+                f'<code style="color:inherit;background:none">{html.escape(self.exercise)}</code>{msg}</div>')
 
     def _ipython_display_(self) -> None:
         # check() shows the result once; when the same object is also a cell's last value,
@@ -72,12 +90,15 @@ class Result:
         _show(self)
 
 
+_TEXT_ONLY = False  # set while help_html collects what .solution() shows
+
+
 def _show(obj) -> None:
     """Display ``obj`` as HTML in a notebook (with a plain-text twin), as text elsewhere."""
     try:
         from IPython import get_ipython
         from IPython.display import display
-        if get_ipython() is not None:
+        if get_ipython() is not None and not _TEXT_ONLY:
             display({"text/html": obj._repr_html_(), "text/plain": str(obj)}, raw=True)
             return
     except ImportError:
@@ -152,9 +173,37 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an int", "a float", "an Exercise"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _one_line(text: str, limit: int = 80) -> str:
+    text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A one-line description of ``value``: its repr, shortened; a tensor by its values when it has
+    at most 8 in one row, else by dtype and shape (never a multi-line tensor repr)."""
+    if _is_tensor(value):
+        if value.dim() <= 1 and value.numel() <= 8:
+            values = [round(v, 4) if isinstance(v, float) else v for v in value.flatten().tolist()]
+            return f"tensor({values if value.dim() else values[0]})"
+        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {list(value.shape)}"
+    if isinstance(value, (list, tuple)) and any(_is_tensor(v) for v in value):
+        inner = ", ".join(_short(v, limit) for v in value)
+        text = f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        return _one_line(text, 2 * limit)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an object whose repr fails is still described
+        text = f"<{_type_name(value)}>"
+    return _one_line(text, limit)
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__name__ == "Tensor" and type(value).__module__.startswith("torch")
 
 
 def _expected_kind(expected: Any) -> tuple[type, ...]:
@@ -176,8 +225,13 @@ class Exercise:
     ``reference`` is the solution: a value, or a function that the learner's function is compared
     with on each of ``cases`` (a list of argument tuples). ``compare(answer, expected)`` decides
     equality (default: :func:`default_compare`). ``diagnose(answer, expected, args)`` may return a
-    message that explains a wrong answer without giving the right one away. ``wrong`` holds at least
-    one wrong answer, which the contract tests use to prove that ``check`` can say "incorrect".
+    message that explains a wrong answer without giving the right one away. ``mistakes`` lists common
+    wrong answers, each ``(answer, message)`` (a value, or a function for a function exercise): an
+    answer that matches one gets its message. ``wrong`` holds at least one wrong answer (with the
+    mistakes' answers, what the contract tests use to prove that ``check`` can say "incorrect").
+    ``hints`` climb :data:`HINT_RUNGS` (the concept, the approach, almost the code); ``why`` is the
+    one line shown with "Correct" (why it is right, or what it means); ``explanation`` follows the
+    solution.
     """
 
     def __init__(self, name: str, question: str, reference: Any, *,
@@ -186,12 +240,20 @@ class Exercise:
                  diagnose: Callable[..., str | None] | None = None,
                  hints: Sequence[str] = (),
                  wrong: Sequence[Any] = (),
+                 mistakes: Sequence[tuple[Any, str]] = (),
+                 why: str = "",
                  explanation: str = "",
                  timeout: float = 5.0):
         if callable(reference) and not cases:
             raise ValueError(f"exercise {name!r}: a function exercise needs test cases")
-        if not wrong:
+        if not wrong and not mistakes:
             raise ValueError(f"exercise {name!r}: give at least one wrong answer for the contract tests")
+        if "\n" in why:
+            raise ValueError(f"exercise {name!r}: why must be one line; got {why!r}")
+        for entry in mistakes:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], str)):
+                raise ValueError(f"exercise {name!r}: each of mistakes must be (answer, message); "
+                                 f"got {entry!r}")
         self.name = name
         self.question = question
         self.reference = reference
@@ -199,7 +261,9 @@ class Exercise:
         self.compare = compare or default_compare
         self.diagnose = diagnose
         self.hints = list(hints)
-        self.wrong = list(wrong)
+        self.mistakes = list(mistakes)
+        self.wrong = list(wrong) + [answer for answer, _ in self.mistakes]
+        self.why = why
         self.explanation = explanation
         self.timeout = timeout
         _REGISTRY[name] = self
@@ -216,50 +280,78 @@ class Exercise:
         """Check ``answer``; show and return a :class:`Result`. Never raises."""
         try:
             state, message = self._judge(answer)
-        except Exception as exc:  # noqa: BLE001 - check must never crash a notebook
-            state, message = INCORRECT, f"checking the answer failed: {type(exc).__name__}: {exc}"
-        result = Result(self.name, state, message)
+        except Exception:  # noqa: BLE001 - check must never crash a notebook
+            state, message = INCORRECT, (
+                f"the checker could not compare {_short(answer, 60)} with the solution: is it the "
+                f"type and shape the question asks for?")
+        if state == CORRECT and not message:
+            message = self.why
+        elif state == NOT_ATTEMPTED:
+            message = f"{message} {RUN_IT_YOURSELF}".strip()
+        result = Result(self.name, state, _one_line(message, 400))
         result._ipython_display_()
         return result
 
     def _judge(self, answer: Any) -> tuple[str, str]:
         if answer is ... or answer is None:
-            return NOT_ATTEMPTED, "replace the `...` with your answer, then run the cell again."
+            return NOT_ATTEMPTED, "Replace the `...` with your answer, then run the cell."
         if self.is_function:
             return self._judge_function(answer)
         return self._judge_value(answer, self.reference, None)
 
     def _judge_value(self, answer: Any, expected: Any, args: tuple | None) -> tuple[str, str]:
         where = "" if args is None else f" for input {_short(args if len(args) != 1 else args[0])}"
+        what = "your answer is" if args is None else "the function returned"
         kinds = _expected_kind(expected)
         if not isinstance(answer, kinds) and not self._compatible_number(answer, expected):
-            want = " or ".join(k.__name__ for k in kinds)
-            return INCORRECT, f"the answer{where} is a {_type_name(answer)}; expected a {want}."
-        if self.compare(answer, expected):
+            return INCORRECT, _wrong_type(answer, kinds, what, where)
+        try:
+            right = self.compare(answer, expected)
+        except Exception:  # noqa: BLE001 - a checker never leaks its own error
+            right = False
+        if right:
             return CORRECT, ""
-        message = None
-        if self.diagnose is not None:
-            try:
-                message = self.diagnose(answer, expected, args) if args is not None \
-                    else self.diagnose(answer, expected)
-            except Exception:  # noqa: BLE001
-                message = None
         if args is not None:
             base = f"returned {_short(answer)}{where}, which is not right."
         else:
             base = f"{_short(answer)} is not right."
+        message = self._mistake_message(answer, args) or self._diagnosis(answer, expected, args)
         return INCORRECT, f"{base} {message}" if message else f"{base} Try `.hint()`."
+
+    def _mistake_message(self, answer: Any, args: tuple | None) -> str | None:
+        """The message of the first listed mistake that ``answer`` matches (on input ``args``)."""
+        for mistake, message in self.mistakes:
+            try:
+                if args is not None and callable(mistake):
+                    wrong = _call_with_timeout(mistake, copy.deepcopy(args), self.timeout)
+                else:
+                    wrong = mistake
+                if self.compare(answer, wrong):
+                    return message
+            except BaseException:  # noqa: BLE001 - a broken mistake entry is simply no match
+                continue
+        return None
+
+    def _diagnosis(self, answer: Any, expected: Any, args: tuple | None) -> str | None:
+        if self.diagnose is None:
+            return None
+        try:
+            message = self.diagnose(answer, expected, args) if args is not None \
+                else self.diagnose(answer, expected)
+        except Exception:  # noqa: BLE001 - a diagnose that fails on an odd answer says nothing
+            return None
+        return _one_line(message, 300) if message else None
 
     @staticmethod
     def _compatible_number(answer: Any, expected: Any) -> bool:
-        # numpy / torch scalars count as numbers
-        try:
-            import numbers
-            return (isinstance(expected, (int, float)) and not isinstance(expected, bool)
-                    and isinstance(answer, numbers.Number) and not isinstance(answer, bool)
-                    and (isinstance(expected, float) or float(answer).is_integer()))
-        except Exception:  # noqa: BLE001
+        """numpy scalars count as numbers: an integer type where an int is asked, any real where
+        a float is asked. A Python float is never an int, even 4.0 (see :func:`_wrong_type`)."""
+        import numbers
+        if isinstance(expected, bool) or isinstance(answer, bool) or not isinstance(expected, (int, float)):
             return False
+        if isinstance(expected, int):
+            return isinstance(answer, numbers.Integral)
+        return isinstance(answer, numbers.Real)
 
     def _judge_function(self, answer: Any) -> tuple[str, str]:
         if not callable(answer):
@@ -276,7 +368,7 @@ class Exercise:
                 return INCORRECT, (f"the function ran for more than {self.timeout:g} s on input "
                                    f"{_short(args)}: is there a loop that never ends?")
             except Exception as exc:  # noqa: BLE001 - reported to the learner
-                return INCORRECT, (f"the function raised {type(exc).__name__}: {exc} "
+                return INCORRECT, (f"the function raised {type(exc).__name__}: {_one_line(exc, 120)} "
                                    f"on input {_short(args)}.")
             state, message = self._judge_value(got, expected, args)
             if state != CORRECT:
@@ -284,18 +376,24 @@ class Exercise:
         return CORRECT, ""
 
     # ---- help -----------------------------------------------------------------------------
+    def hint_title(self, n: int) -> str:
+        """"Hint 2 of 3 (the approach)": hint ``n``'s place on the ladder of :data:`HINT_RUNGS`."""
+        total = len(self.hints)
+        rung = HINT_RUNGS[0] if n == 1 else HINT_RUNGS[-1] if n == total else HINT_RUNGS[1]
+        return f"Hint {n} of {total} ({rung})" if total >= MIN_HINTS else f"Hint {n} of {total}"
+
     def hint(self, n: int = 1) -> None:
-        """Show hint number ``n`` (1 is gentlest)."""
+        """Show hint number ``n``: 1 is the concept, 2 the approach, 3 almost the code."""
         if not self.hints:
             _show(_Text(f"No hints for {self.name}: try `.solution()`."))
-        elif not 1 <= n <= len(self.hints):
-            _show(_Text(f"{self.name} has hints 1 to {len(self.hints)}; hint({n}) does not exist."))
+        elif not isinstance(n, int) or not 1 <= n <= len(self.hints):
+            _show(_Text(f"{self.name} has hints 1 to {len(self.hints)}; hint({n!r}) does not exist."))
         else:
-            more = f" (hint {n} of {len(self.hints)})" if len(self.hints) > 1 else ""
-            _show(_Text(f"Hint{more}: {self.hints[n - 1]}"))
+            more = f" Next: .hint({n + 1})." if n < len(self.hints) else " Next: .solution()."
+            _show(_Text(f"{self.hint_title(n)}: {self.hints[n - 1]}{more}"))
 
-    def solution(self) -> None:
-        """Show the solution."""
+    def solution_text(self) -> str:
+        """The solution as ``.solution()`` shows it (a subclass may override either)."""
         if self.is_function:
             body = textwrap.dedent(inspect.getsource(self.reference))
         else:
@@ -303,7 +401,72 @@ class Exercise:
         text = f"Solution to {self.name}:\n{body}"
         if self.explanation:
             text += f"\n{self.explanation}"
-        _show(_Text(text))
+        return text
+
+    def solution(self) -> None:
+        """Show the solution."""
+        _show(_Text(self.solution_text()))
+
+    def help_html(self) -> str:
+        """The question, each hint and the solution as collapsed HTML ``<details>`` dropdowns.
+
+        This is what the site (and Jupyter, in a markdown cell) shows under the exercise; it is
+        made from this registry, so it always matches ``.hint(n)`` and ``.solution()``.
+        """
+        parts = [f'<div class="pagedlib-exercise-help" data-exercise="{html.escape(self.name)}">',
+                 f"<p><strong>Exercise <code>{html.escape(self.name)}</code>.</strong> "
+                 f"{_inline_html(self.question)}</p>"]
+        for n, text in enumerate(self.hints, 1):
+            parts.append(f'<details class="pagedlib-help"><summary>{html.escape(self.hint_title(n))}'
+                         f"</summary>\n<p>{_inline_html(text)}</p>\n</details>")
+        # No blank line anywhere: in Markdown (Jupyter's and the site's) a blank line ends a raw
+        # HTML block, so an empty line of the solution's code holds a no-break space instead.
+        solution = "\n".join(line if line.strip() else "&nbsp;"
+                             for line in html.escape(_shown_text(self.solution)).split("\n"))
+        parts.append(f'<details class="pagedlib-help"><summary>Solution</summary>\n'
+                     f"<pre>{solution}</pre>\n</details>")
+        parts.append("</div>")
+        return "\n".join(parts)
+
+
+def _wrong_type(answer: Any, kinds: tuple[type, ...], what: str, where: str) -> str:
+    """The message for an answer of the wrong type, targeted at the common slips.
+
+    ``what`` starts the sentence ("your answer is", "the function returned"), ``where`` names the
+    input (or is empty)."""
+    want = " or ".join(_a(k.__name__) for k in kinds)
+    got = _type_name(answer)
+    number_asked = any(k in (int, float) for k in kinds)
+    if int in kinds and float not in kinds and isinstance(answer, float):
+        return (f"{what} {_short(answer)}{where}, a float; expected an int. `/` always gives a "
+                f"float: use `//` (which rounds down) or round the result yourself.")
+    if number_asked and isinstance(answer, str):
+        return (f"{what} the text {_short(answer)}{where}, a str; expected {want}: "
+                f"write the number itself, without quotes.")
+    if number_asked and _is_tensor(answer):
+        return (f"{what} {_short(answer)}{where}, a tensor; expected {want}: "
+                f"`.item()` turns a one-element tensor into a Python number.")
+    return f"{what} {_short(answer)}{where}, {_a(got)}; expected {want}."
+
+
+def _inline_html(text: str) -> str:
+    """Escape ``text`` for HTML, with `code` spans and **bold** as in the notebooks' markdown."""
+    out = html.escape(" ".join(text.split()), quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
+
+
+def _shown_text(show: Callable[[], None]) -> str:
+    """What ``show()`` (``.solution``) prints outside IPython, as text."""
+    global _TEXT_ONLY
+    buffer = io.StringIO()
+    _TEXT_ONLY = True
+    try:
+        with contextlib.redirect_stdout(buffer):
+            show()
+    finally:
+        _TEXT_ONLY = False
+    return buffer.getvalue().rstrip("\n")
 
 
 class _Text(str):
@@ -322,4 +485,4 @@ def registry() -> dict[str, Exercise]:
 
 
 __all__ = ["Exercise", "Result", "registry", "default_compare", "CORRECT", "INCORRECT",
-           "NOT_ATTEMPTED"]
+           "NOT_ATTEMPTED", "HINT_RUNGS", "MIN_HINTS"]

@@ -1,0 +1,38 @@
+/*
+ * Site-wide fixes for the theme pair that Jupyter Book 1.0.4 installs (sphinx-book-theme 1.3.0 with
+ * pydata-sphinx-theme 0.17.1). Jupyter Book loads every .js file in _static on every page.
+ * tests/test_site.py checks the result in a real browser at 400 and 1400 px.
+ *
+ * The sidebar buttons. Each page has two "open the chapter list" buttons (.primary-toggle) and two
+ * "on this page" buttons (.secondary-toggle): pydata-sphinx-theme's, in its top navbar, which
+ * sphinx-book-theme hides, and sphinx-book-theme's, in the bar above the article, which the reader
+ * sees. Both themes bind their click handlers with document.querySelector(), i.e. to the FIRST
+ * match: the hidden navbar button, so the visible ones did nothing (upstream sphinx-book-theme issues
+ * 865 and 917, pydata-sphinx-theme 2067). Taking the two classes off the hidden navbar buttons,
+ * after the page is parsed but before the themes' scripts bind (pydata's script is deferred and runs
+ * once readyState is "interactive"; sphinx-book-theme's waits for DOMContentLoaded), binds both
+ * themes' handlers to the visible buttons. The navbar itself (an almost empty bar with a lone
+ * search box) is hidden by course.css; the article bar has its own search button.
+ */
+(function () {
+  "use strict";
+
+  function retireNavbarToggles() {
+    document.querySelectorAll("#pst-header .primary-toggle, #pst-header .secondary-toggle")
+      .forEach(function (button) {
+        button.classList.remove("primary-toggle", "secondary-toggle");
+        button.classList.add("course-retired-toggle");
+      });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("readystatechange", function onReady() {
+      if (document.readyState !== "loading") {
+        document.removeEventListener("readystatechange", onReady);
+        retireNavbarToggles();
+      }
+    });
+  } else {
+    retireNavbarToggles();
+  }
+})();

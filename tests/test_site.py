@@ -1,0 +1,508 @@
+"""The built website, every page of the table of contents, in headless Chromium at 400 px and 1400 px.
+
+The first browser test builds the whole book once with Jupyter Book into a temporary folder (the
+same strict build as ``make book``, about half a minute; notebooks are not executed), so ``make
+test`` needs no earlier ``make book`` and always tests the current sources. To test a build you
+already have instead, set ``PAGEDLIB_SITE=_build/html``.
+
+For every page and width: no horizontal page overflow; every content image has alt text that says
+what it shows (not a file name) and at least 1.5x as many pixels as it is shown with; no console
+error other than failed requests to external hosts (the test machine may have no internet); no
+stored widget view. At 400 px the sidebar button opens the chapter list and a chapter link in it
+works; at 1400 px the chapter list is shown and its button hides it. Screenshots of every page (the
+top of the page, and the whole page) at both widths go to ``artifacts/site/``: look at them.
+
+The tests without a browser check the mechanisms the chapters use: widget fallbacks, figures with
+alt text and captions, 2x figures, the site's config, and that notebook code fits the column.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from browser import Chromium, find_chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts" / "site"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+WIDTHS = (400, 1400)
+PHONE, DESKTOP = WIDTHS
+MAX_CODE_LINE = 88                        # notebook code lines fit the site's column (about 780 px)
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+FALLBACK_CLASS = "pagedlib-widget-fallback"
+
+
+def toc_pages() -> list[str]:
+    """Every page of _toc.yml, in reading order, as its path without extension."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [chapter["file"] for chapter in part["chapters"]]
+    return pages
+
+
+PAGES = toc_pages()
+
+
+# ---- mechanisms (no browser) ---------------------------------------------------------------------
+def _widget_outputs(nb) -> list[dict]:
+    return [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+            if WIDGET_VIEW in out.get("data", {})]
+
+
+# Notebooks whose stored widgets predate pagedlib.widgets.with_fallback; see the report of issue 16.
+WIDGETS_WITHOUT_FALLBACK = {
+    "00_getting_started.ipynb": "chapter 0: wrap the BLOCK slider with pagedlib.widgets.with_fallback "
+                                "(recipe in its docstring) and re-execute the notebook",
+    "04_pages.ipynb": "chapter 4: re-execute the notebook (page_size_explorer now adds its fallback)",
+}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=False, reason=WIDGETS_WITHOUT_FALLBACK[p.name]))
+    if p.name in WIDGETS_WITHOUT_FALLBACK else p for p in NOTEBOOKS], ids=lambda p: p.name)
+def test_every_stored_widget_has_a_static_fallback(path):
+    for out in _widget_outputs(nbformat.read(path, as_version=4)):
+        assert FALLBACK_CLASS in out["data"].get("text/html", ""), (
+            "a stored widget without a static stand-in for the site: wrap it with "
+            "pagedlib.widgets.with_fallback and re-execute the notebook")
+
+
+def long_code_lines(nb) -> list[str]:
+    """The code lines longer than MAX_CODE_LINE characters, as "cell N: L chars: start..."."""
+    return [f"cell {i}: {len(line)} chars: {line[:60]}..."
+            for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for line in cell.source.splitlines() if len(line) > MAX_CODE_LINE]
+
+
+@pytest.mark.xfail(strict=False, reason="issue 16 item 3: the chapter engineers reflow notebook code "
+                                        "to 88 characters; the lead removes this xfail after the reflow")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_code_lines_fit_the_column(path):
+    long = long_code_lines(nbformat.read(path, as_version=4))
+    assert not long, f"{len(long)} code lines longer than {MAX_CODE_LINE} characters:\n" + "\n".join(long)
+
+
+def test_code_line_check_can_fail():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1\n" + "y = " + "1 + " * 30 + "1\n" + "z" * 88)]
+    assert long_code_lines(nb) == [f"cell 0: 125 chars: y = {'1 + ' * 14}..."]
+
+
+def _tiny_figure():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4, 2))
+    ax.plot([0, 1], [0, 1])
+    return fig
+
+
+def _img(html: str) -> dict:
+    match = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="([^"]*)" width="(\d+)" '
+                      r'height="(\d+)"', html)
+    assert match, html[:300]
+    png = base64.b64decode(match.group(1))
+    return {"alt": match.group(2), "width": int(match.group(3)), "height": int(match.group(4)),
+            "png_width": int.from_bytes(png[16:20], "big")}
+
+
+def test_with_fallback_keeps_the_widget_for_jupyter_and_adds_a_figure_for_the_site():
+    import ipywidgets as widgets
+
+    from pagedlib.widgets import RUN_IT_HERE, TRY_IT_HREF, with_fallback
+
+    slider = widgets.IntSlider(value=3, description="n")
+    wrapped = with_fallback(slider, _tiny_figure(), alt="A straight line from 0 to 1.",
+                            caption="The line at n = 3.")
+    bundle = wrapped._repr_mimebundle_()
+    assert bundle[WIDGET_VIEW]["model_id"] == slider.model_id       # Jupyter and Colab: the live widget
+    assert bundle["text/plain"].startswith("IntSlider(")
+    page = bundle["text/html"]                                       # the site: a still and where to run it
+    assert FALLBACK_CLASS in page and "The line at n = 3." in page and f'href="{TRY_IT_HREF}"' in page
+    assert RUN_IT_HERE.split(":")[0] in page
+    image = _img(page)
+    assert image["alt"] == "A straight line from 0 to 1." and image["png_width"] >= 2 * image["width"] - 2
+    assert wrapped.value == 3 and wrapped.description == "n"        # still usable as the widget
+    from IPython.core.interactiveshell import InteractiveShell
+    shown, _ = InteractiveShell.instance().display_formatter.format(wrapped)   # what a notebook stores
+    assert {WIDGET_VIEW, "text/html", "text/plain"} <= set(shown) and FALLBACK_CLASS in shown["text/html"]
+    text = with_fallback(slider, "n = 1: one\nn = 2: two", alt="A table of n and its name.",
+                         caption="Every value.", try_it=False)._repr_mimebundle_()["text/html"]
+    assert "n = 2: two" in text and 'aria-label="A table of n and its name."' in text
+    assert "Try it" not in text
+
+
+def test_page_size_explorer_carries_its_fallback():
+    from pagedlib.widgets import page_size_explorer
+
+    bundle = page_size_explorer([512, 37, 1900, 128, 4], 40_960, max_len=2048)._repr_mimebundle_()
+    assert WIDGET_VIEW in bundle and FALLBACK_CLASS in bundle["text/html"]
+    assert "78 requests fit 40,960 slots" in bundle["text/html"]
+    assert _img(bundle["text/html"])["alt"].startswith("5 rows, one per request")
+
+
+def test_show_gives_a_2x_figure_with_alt_text_and_a_caption():
+    from pagedlib.plots import FigureView, show
+
+    view = FigureView(_tiny_figure(), alt="A straight line from 0 to 1.", caption="A <b> line.")
+    image = _img(view._repr_html_())
+    assert image["png_width"] >= 2 * image["width"] - 2 and image["width"] >= 300
+    assert "<figcaption>A &lt;b&gt; line.</figcaption>" in view._repr_html_()
+    assert "A straight line" in repr(view)
+    with pytest.raises(ValueError, match="alt must say what the figure shows"):
+        FigureView(_tiny_figure(), alt="fig.png")
+    assert show(_tiny_figure(), alt="A straight line from 0 to 1.") is None   # not shown twice
+
+
+def test_course_style_is_readable_and_2x():
+    import matplotlib as mpl
+
+    import pagedlib.plots  # noqa: F401 - importing applies the style
+    from pagedlib.plots.style import PIXEL_RATIO, RC_PARAMS, SMALLEST_FONT
+
+    assert mpl.rcParams["savefig.dpi"] == PIXEL_RATIO * mpl.rcParams["figure.dpi"] and PIXEL_RATIO >= 2
+    sizes = [v for k, v in RC_PARAMS.items() if "size" in k and k != "figure.figsize"]
+    assert min(sizes) >= SMALLEST_FONT + 2
+    assert mpl.rcParams["figure.figsize"][0] * mpl.rcParams["figure.dpi"] <= 780   # fits the column
+
+
+def test_site_config_never_renders_a_widget_view():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+    assert ["html", WIDGET_VIEW, None] in config["nb_mime_priority_overrides"]
+    assert config["nb_ipywidgets_js"] == {}
+    assert not yaml.safe_load((ROOT / "_config.yml").read_text())["author"][0].isupper(), \
+        'the footer reads "By <author>"'
+
+
+# ---- the built site ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The built site's html folder: PAGEDLIB_SITE if set, else a fresh strict build of the book."""
+    if os.environ.get("PAGEDLIB_SITE"):
+        html = Path(os.environ["PAGEDLIB_SITE"]).resolve()
+        assert (html / "index.html").exists(), f"PAGEDLIB_SITE={html} holds no built site"
+        return html
+    out = tmp_path_factory.mktemp("site")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    run = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n",
+                          "--keep-going"], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"jupyter-book build failed:\n{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+    return out / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary = find_chromium()
+    if binary is None:
+        pytest.fail("chromium is not installed: run `bash scripts/ensure_chromium.sh` (make test does)")
+    with tempfile.TemporaryDirectory(prefix="site-chromium-") as profile:
+        b = Chromium(binary, Path(profile))
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def load(b: Chromium, site: Path, page: str, width: int) -> None:
+    b.viewport(width, 900, mobile=width < 600)
+    b.open((site / f"{page}.html").as_uri())
+    # the theme's scripts are deferred and the images load after the load event on slow machines
+    b.js("""new Promise(done => { const imgs = [...document.images];
+        const wait = () => imgs.every(i => i.complete) ? done(0) : setTimeout(wait, 50); wait(); })""")
+    time.sleep(0.2)
+
+
+def until(b: Chromium, expression: str, want=True, timeout: float = 5.0):
+    """Poll ``expression`` until it equals ``want`` (sidebars slide; slow machines lag); return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = b.js(expression)
+        if value == want or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def external(url: str) -> bool:
+    return url.startswith(("http://", "https://")) and "127.0.0.1" not in url and "localhost" not in url
+
+
+def console_problems(b: Chromium) -> list[str]:
+    """Console errors, exceptions and failed loads, except failed requests to external hosts."""
+    urls = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in b.events
+            if e["method"] == "Network.requestWillBeSent"}
+    out = []
+    for e in b.events:
+        p = e.get("params", {})
+        if e["method"] == "Network.loadingFailed":
+            url = urls.get(p.get("requestId"), "")
+            if not external(url):
+                out.append(f"failed load: {p.get('errorText')} {url}")
+        elif e["method"] == "Log.entryAdded" and p["entry"]["level"] == "error":
+            entry = p["entry"]
+            if not (entry.get("url") and external(entry["url"]) and "Failed to load resource" in entry["text"]):
+                out.append(f"log error: {entry['text']} {entry.get('url', '')}")
+        elif e["method"] == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            out.append(f"exception: {d.get('exception', {}).get('description', d.get('text'))}")
+        elif e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
+            out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
+    return out
+
+
+_VISITS: dict[tuple[str, int], dict] = {}
+
+
+def visit(b: Chromium, site: Path, page: str, width: int) -> dict:
+    """Load ``page`` at ``width`` once; measure what the tests check and save the screenshots."""
+    key = (page, width)
+    if key in _VISITS:
+        return _VISITS[key]
+    load(b, site, page, width)
+    facts = b.js("""(() => {
+        const doc = document.documentElement, vw = %d;
+        const wide = [...document.querySelectorAll('body *')].filter(e => {
+            const r = e.getBoundingClientRect();
+            if (r.width === 0 || r.right <= vw + 1) return false;
+            for (let p = e.parentElement; p; p = p.parentElement) {       // inside a scroll box: fine
+                const s = getComputedStyle(p);
+                if (['auto', 'scroll', 'hidden', 'clip'].includes(s.overflowX)) return false;
+                if (s.position === 'fixed' || p.tagName === 'DIALOG') return false; }
+            return getComputedStyle(e).visibility !== 'hidden'; })
+          .slice(0, 5).map(e => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')} ` +
+                               `right=${Math.round(e.getBoundingClientRect().right)}`);
+        const images = [...document.querySelectorAll('.bd-article img')].map(i => ({
+            src: i.getAttribute('src').slice(0, 80), alt: i.getAttribute('alt') || '',
+            natural: i.naturalWidth, shown: i.getBoundingClientRect().width,
+            shape: i.naturalHeight ? (i.naturalWidth / i.naturalHeight) /
+                   (i.getBoundingClientRect().width / Math.max(i.getBoundingClientRect().height, 1)) : 1,
+            visible: i.getBoundingClientRect().width > 0}));
+        return {scrollWidth: doc.scrollWidth, viewport: vw, wide, images,
+                widgetViews: document.querySelectorAll(
+                    'script[type="application/vnd.jupyter.widget-view+json"], .jupyter-widgets, .widget-area').length,
+                widgetText: [...document.querySelectorAll('.cell_output pre')].filter(p =>
+                    /^(VBox|HBox|Box|IntSlider|SelectionSlider|ToggleButtons|Output)\\(/.test(p.textContent.trim())).length};
+    })()""" % width)
+    facts["viewport"] = b.js("window.innerWidth")
+    facts["problems"] = console_problems(b)
+    name = page.replace("/", "__")
+    (ARTIFACTS / str(width)).mkdir(parents=True, exist_ok=True)
+    top = b.call("Page.captureScreenshot", format="png")["data"]
+    (ARTIFACTS / str(width) / f"{name}.png").write_bytes(base64.b64decode(top))
+    # the whole page: a window as tall as the page (capped), then back to the normal window
+    b.viewport(width, min(b.js("document.documentElement.scrollHeight"), 16000), mobile=width < 600)
+    time.sleep(0.3)
+    full = b.call("Page.captureScreenshot", format="png")
+    (ARTIFACTS / str(width) / f"{name}.full.png").write_bytes(base64.b64decode(full["data"]))
+    b.viewport(width, 900, mobile=width < 600)
+    _VISITS[key] = facts
+    return facts
+
+
+BY_PAGE_AND_WIDTH = [pytest.param(page, width, id=f"{page}-{width}px") for page in PAGES for width in WIDTHS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, width", BY_PAGE_AND_WIDTH)
+def test_page_does_not_scroll_sideways(browser, site, page, width):
+    facts = visit(browser, site, page, width)
+    # Compared with the device width: on a phone (mobile emulation) a page wider than the screen
+    # widens the layout viewport, so window.innerWidth grows with it.
+    assert facts["scrollWidth"] <= width and facts["viewport"] <= width, (
+        f"{page} is {facts['scrollWidth']} px wide at {width} px; widest: {facts['wide']}")
+
+
+def _looks_like_a_file_name(alt: str) -> bool:
+    return bool(re.search(r"\.(png|jpe?g|svg|gif)$|^[0-9a-f]{16,}|/|^_", alt.strip(), re.I))
+
+
+# Chapters whose figures are still bare 1x PNGs with file-name alt text: each chapter's engineer
+# re-executes it (pagedlib.plots now renders at 2x) and gives every figure alt text (cell metadata
+# mystnb.image.alt, or pagedlib.plots.show). The lead removes a name once its test XPASSes.
+FIGURES_WITHOUT_ALT = {f"notebooks/{p.stem}" for p in NOTEBOOKS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, width", [
+    pytest.param(page, width, id=f"{page}-{width}px", marks=pytest.mark.xfail(
+        strict=False, reason=f"chapter {int(Path(page).name[:2])} ({page}): figures need alt text and "
+                             f"re-execution at 2x (issue 16 item 4)")) if page in FIGURES_WITHOUT_ALT
+    else pytest.param(page, width, id=f"{page}-{width}px") for page in PAGES for width in WIDTHS])
+def test_images_have_alt_text_and_enough_pixels(browser, site, page, width):
+    facts = visit(browser, site, page, width)
+    bad = []
+    for img in facts["images"]:
+        if not img["alt"].strip() or _looks_like_a_file_name(img["alt"]):
+            bad.append(f"alt text {img['alt']!r} on {img['src']}")
+        local = not external(img["src"])
+        if local and img["visible"] and img["natural"] < 1.5 * img["shown"] - 0.5:
+            bad.append(f"{img['natural']} px shown {img['shown']:.0f} px wide: {img['src']}")
+        if local and img["visible"] and abs(img["shape"] - 1) > 0.03:
+            bad.append(f"squashed to {img['shape']:.2f} of its aspect ratio: {img['src']}")
+    assert not bad, f"{len(bad)} image problem(s) on {page}: {bad[:6]}"
+
+
+def _widget_page_marks(page: str, width: int):
+    reason = WIDGETS_WITHOUT_FALLBACK.get(f"{Path(page).name}.ipynb")
+    marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
+    return pytest.param(page, width, id=f"{page}-{width}px", marks=marks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, width", [_widget_page_marks(p, w) for p in PAGES for w in WIDTHS])
+def test_no_console_errors_and_no_stored_widget(browser, site, page, width):
+    facts = visit(browser, site, page, width)
+    assert facts["problems"] == [], "the browser console reported problems"
+    assert facts["widgetViews"] == 0, f"{page} holds a stored widget view, which cannot run on the site"
+    assert facts["widgetText"] == 0, f"{page} shows a widget's text repr: wrap it with with_fallback"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_phone_sidebar_button_opens_the_chapter_list_and_a_link_works(browser, site, page):
+    load(browser, site, page, PHONE)
+    assert not browser.js("document.querySelector('#pst-primary-sidebar-modal').open")
+    browser.click(".bd-header-article .primary-toggle")
+    assert until(browser, "document.querySelector('#pst-primary-sidebar-modal').open"), \
+        f"the sidebar button did nothing on {page} at {PHONE} px"
+    links = browser.js("""[...document.querySelectorAll('#pst-primary-sidebar-modal a.reference.internal')]
+        .filter(a => a.getBoundingClientRect().width > 0).map(a => a.href)""")
+    assert len(links) >= len(PAGES) - 1, f"the chapter list shows {len(links)} links"
+    target = PAGES[(PAGES.index(page) + 1) % len(PAGES)]
+    selector = f'#pst-primary-sidebar-modal a.reference.internal[href$="{Path(target).name}.html"]'
+    before = len(browser.events)
+    browser.click(selector)
+    browser.wait_for_event("Page.loadEventFired", since=before)
+    assert browser.js("location.pathname").endswith(f"{target}.html")
+    if page == PAGES[0]:
+        shot = browser.call("Page.captureScreenshot", format="png")["data"]
+        (ARTIFACTS / "phone-after-chapter-link.png").write_bytes(base64.b64decode(shot))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_phone_contents_button_opens_the_page_contents(browser, site, page):
+    load(browser, site, page, PHONE)
+    has_contents = browser.js("document.querySelectorAll('#pst-secondary-sidebar nav a').length")
+    if not has_contents:   # a page without sections has no contents to open: no button is shown
+        assert not browser.js("""(() => { const b = document.querySelector('.bd-header-article .secondary-toggle');
+            return !!b && b.getBoundingClientRect().width > 0; })()""")
+        return
+    browser.click(".bd-header-article .secondary-toggle")
+    assert until(browser, "document.querySelector('#pst-secondary-sidebar-modal').open"), \
+        f"the page-contents button did nothing on {page} at {PHONE} px"
+    if page == "notebooks/04_pages":
+        shot = browser.call("Page.captureScreenshot", format="png")["data"]
+        (ARTIFACTS / "phone-page-contents.png").write_bytes(base64.b64decode(shot))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_desktop_shows_the_chapter_list_and_its_button_hides_it(browser, site, page):
+    load(browser, site, page, DESKTOP)
+    shown = """(() => { const s = document.querySelector('#pst-primary-sidebar'), r = s.getBoundingClientRect();
+        return r.right > 0 && getComputedStyle(s).visibility !== 'hidden'; })()"""
+    assert browser.js(shown), f"no chapter list on {page} at {DESKTOP} px"
+    browser.click(".bd-header-article .primary-toggle")
+    assert until(browser, shown, False) is False, f"the sidebar button did nothing on {page} at {DESKTOP} px"
+    browser.click(".bd-header-article .primary-toggle")
+    assert until(browser, shown, True)
+    if browser.js("document.querySelectorAll('#pst-secondary-sidebar nav a').length"):
+        assert browser.js("document.querySelector('#pst-secondary-sidebar').getBoundingClientRect().width > 150"), \
+            f"the page contents are not shown on {page} at {DESKTOP} px"
+
+
+def test_the_top_navbar_with_its_lone_search_box_is_gone(browser, site):
+    for width in (*WIDTHS, 1000):            # 992-1199 px is where the theme pair showed it
+        load(browser, site, PAGES[0], width)
+        assert browser.js("document.querySelector('#pst-header').getBoundingClientRect().height") == 0
+        assert browser.js("""[...document.querySelectorAll('.search-button, .search-button-field')]
+            .some(b => b.getBoundingClientRect().width > 0)"""), f"no search button left at {width} px"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_show_question_hints_and_solution_collapsed(browser, site, path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_notebooks
+
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if not sync_notebooks.is_help_cell(c)]
+    want = [name for _, name in sync_notebooks.checked_exercises(cells)]
+    load(browser, site, f"notebooks/{path.stem}", DESKTOP)
+    got = browser.js("""[...document.querySelectorAll('.pagedlib-exercise-help')].map(h => ({
+        name: h.dataset.exercise, open: [...h.querySelectorAll('details')].filter(d => d.open).length,
+        summaries: [...h.querySelectorAll('details > summary')].map(s => s.textContent)}))""")
+    assert [g["name"] for g in got] == want, "run `python scripts/sync_notebooks.py`"
+    for g in got:
+        assert g["open"] == 0 and g["summaries"][-1] == "Solution" and len(g["summaries"]) >= 2
+    # the first cell's environment report is collapsed on the site
+    assert browser.js("""(() => { const d = document.querySelector('.cell details.hide');
+        return !!d && !d.open; })()"""), "the setup cell's output should be collapsed (tag hide-output)"
+
+
+def test_intro_picture_is_current_sharp_and_its_numbers_are_pagedlib_s():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import intro_picture
+
+    import pagedlib
+    from pagedlib.plots.display import png_2x
+
+    png = intro_picture.OUT.read_bytes()
+    stored = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    _, width, height = png_2x(intro_picture.draw())
+    assert stored[0] >= 2 * width - 2 and abs(stored[0] / stored[1] - width / height) < 0.02, \
+        "run `python scripts/intro_picture.py`"
+    intro = (ROOT / "book" / "intro.md").read_text()
+    assert "images/idea-in-one-picture.png" in intro and ":alt: Five requests" in intro
+    reserve = pagedlib.reserve_max_plan(intro_picture.LENGTHS, intro_picture.MAX_LEN)
+    paged = pagedlib.paged_plan(intro_picture.LENGTHS, intro_picture.PAGE)
+    pool = intro_picture.POOL
+    claims = (f"wastes {reserve.waste:.1%} of the memory and fits {reserve.capacity(pool)}",
+              f"pool of {pool:,} slots", f"waste {paged.waste:.1%} and fit {paged.capacity(pool)}")
+    flat = " ".join(intro.split())
+    for claim in claims:
+        assert claim in flat, claim
+
+
+def small_fonts_in(source: str) -> list[str]:
+    """Literal ``fontsize=N`` (N below SMALLEST_FONT) and ``fontsize="small"``-like sizes in ``source``."""
+    from pagedlib.plots.style import SMALLEST_FONT
+
+    found = []
+    for n, line in enumerate(source.splitlines(), 1):
+        for m in re.finditer(r"fontsize\s*=\s*(\d+(?:\.\d+)?|\"(?:x-small|xx-small|small)\")", line):
+            value = m.group(1)
+            if value.startswith('"') or float(value) < SMALLEST_FONT:
+                found.append(f"line {n}: {m.group(0)}")
+    return found
+
+
+SMALL_TEXT_TODAY = {"memory.py", "sim.py", "kernels.py", "engine.py"}
+
+
+@pytest.mark.parametrize("module", [
+    pytest.param(p, marks=pytest.mark.xfail(
+        strict=False, reason=f"issue 16 item 4: pagedlib/plots/{p.name} hard-codes 7-8 pt (or 'small') "
+                             f"text; whoever owns the figure raises it to >= 9 pt and re-executes"))
+    if p.name in SMALL_TEXT_TODAY else p
+    for p in sorted((ROOT / "pagedlib" / "plots").glob("*.py"))], ids=lambda p: p.name)
+def test_course_figures_draw_no_text_smaller_than_9_pt(module):
+    small = small_fonts_in(module.read_text())
+    assert not small, f"{module.name}: text too small to read on a phone: {small}"
+
+
+def test_small_font_check_can_fail():
+    assert small_fonts_in('ax.text(0, 0, "x", fontsize=8)\nax.legend(fontsize="small")\n'
+                          'ax.set_title("t", fontsize=12)') == ["line 1: fontsize=8",
+                                                              'line 2: fontsize="small"']
