@@ -263,7 +263,8 @@ class Exercise:
         self.hints = list(hints)
         self.mistakes = list(mistakes)
         self.wrong = list(wrong) + [answer for answer, _ in self.mistakes]
-        self.why = why
+        # "why" is the one line shown with Correct; a one-line explanation serves as both
+        self.why = why or (explanation if explanation and "\n" not in explanation else "")
         self.explanation = explanation
         self.timeout = timeout
         _REGISTRY[name] = self

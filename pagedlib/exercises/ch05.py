@@ -267,7 +267,3 @@ legacy_key_to_nhd = Exercise(
                 "legacy layout; the permute puts slot before head and the reshape joins d // x and d % x.",
 )
 
-# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
-# shows with "Correct".
-for _exercise in (slot_of, gather_keys, block_table_to_csr, predict_csr, legacy_key_to_nhd):
-    _exercise.why = _exercise.explanation

@@ -338,7 +338,3 @@ predict_blocks_and_copies = Exercise(
                 "in place; d's and a's next tokens each start a new block (no copy): 6 blocks.",
 )
 
-# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
-# shows with "Correct".
-for _exercise in (fork_and_copy_on_write, predict_blocks_and_copies):
-    _exercise.why = _exercise.explanation

@@ -135,7 +135,3 @@ evicted_prefix = Exercise(
                 "tail is least recently used); A0 survives: 4 tokens hit.",
 )
 
-# Each exercise's one-line explanation is also its `why`, the line a framework that supports it
-# shows with "Correct".
-for _exercise in (hit_count, evicted_prefix):
-    _exercise.why = _exercise.explanation
