@@ -161,6 +161,7 @@ def test_full_shared_blocks_stay_shared():
 def test_prefix_hit_is_capped_before_the_last_token():
     bm = BlockManager(16, 4, enable_prefix_caching=True)
     assert bm.allocate("a", range(9)) == 0
+    bm.commit("a", 9)                          # a's K/V is written: its full blocks can be hit
     assert bm.allocate("b", range(9)) == 8     # two full blocks shared, token 8 recomputed
     assert bm.block_table("b")[:2] == bm.block_table("a")[:2]
     assert bm.allocate("c", range(8)) == 4     # 8 tokens: the second block holds the last token
@@ -171,6 +172,7 @@ def test_prefix_hit_is_capped_before_the_last_token():
 def test_prefix_hash_is_chained():
     bm = BlockManager(16, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4, 5])
+    bm.commit("a", 5)
     assert bm.allocate("b", [9, 9, 3, 4, 5]) == 0  # same second block after a different first one
     assert bm.allocate("c", [1, 2, 3, 9, 5]) == 2  # only the first block matches
 
@@ -178,6 +180,7 @@ def test_prefix_hash_is_chained():
 def test_freed_blocks_stay_cached_until_reused():
     bm = BlockManager(4, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4, 5])
+    bm.commit("a", 5)
     table = bm.block_table("a")
     bm.free("a")
     assert bm.num_free_blocks == 4 and bm.num_cached_blocks == 2
@@ -187,6 +190,7 @@ def test_freed_blocks_stay_cached_until_reused():
 def test_blocks_without_content_are_reused_before_cached_ones_and_tail_before_prefix():
     bm = BlockManager(4, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4])             # blocks 0, 1, both cached
+    bm.commit("a", 4)
     bm.free("a")
     bm.allocate("x", [7])                      # takes an empty block, not a cached one
     assert bm.num_cached_blocks == 2
@@ -204,6 +208,10 @@ def test_blocks_filled_by_append_enter_the_cache():
     bm.allocate("a", [1])
     for t in (2, 3, 4):
         bm.append("a", t)
+    assert bm.num_cached_blocks == 0           # slots only: their K/V is not written yet
+    bm.commit("a", 3)
+    assert bm.num_cached_blocks == 1
+    bm.commit("a", 4)
     assert bm.num_cached_blocks == 2
     assert bm.allocate("b", [1, 2, 3, 4, 5]) == 4
     assert bm.block_table("b")[:2] == bm.block_table("a")
@@ -213,6 +221,7 @@ def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
     monkeypatch.setattr(bm_module, "block_hash", lambda parent, tokens: b"same")
     bm = BlockManager(8, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3])
+    bm.commit("a", 3)
     assert bm.allocate("b", [5, 6, 3]) == 0    # same name, other tokens: a miss
     assert bm.allocate("c", [1, 2, 3]) == 2
 
@@ -220,12 +229,14 @@ def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
 def test_no_caching_means_no_hits():
     bm = BlockManager(8, 2)
     bm.allocate("a", [1, 2, 3])
+    bm.commit("a", 3)
     assert bm.allocate("b", [1, 2, 3]) == 0 and bm.num_cached_blocks == 0
 
 
 def test_can_allocate_and_can_append_agree_with_the_operations():
     bm = BlockManager(3, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4])
+    bm.commit("a", 4)
     assert bm.can_allocate([1, 2, 3]) and not bm.can_allocate([5, 6, 7, 8, 9])
     bm.allocate("b", [1, 2, 3])                # hit on block 0, one new block
     assert bm.num_free_blocks == 0 and not bm.can_append("a") and bm.can_append("b")
@@ -280,6 +291,7 @@ class ShadowKV(RuleBasedStateMachine):
             assert self.kv[self.bm.slot(sid, i)] == tuple(prompt[:i + 1])
         for i in range(n_cached, len(prompt)):
             self.write(sid, i)
+        self.bm.commit(sid, len(prompt))       # written: its full blocks may now be hit
 
     @rule(data=st.data(), token=st.integers(0, 2))
     def append(self, data, token):
@@ -296,6 +308,7 @@ class ShadowKV(RuleBasedStateMachine):
             self.kv[dst * self.bs:(dst + 1) * self.bs] = self.kv[src * self.bs:(src + 1) * self.bs]
         self.seqs[sid].append(token)
         self.write(sid, len(self.seqs[sid]) - 1)
+        self.bm.commit(sid, len(self.seqs[sid]))
 
     @rule(data=st.data())
     def fork(self, data):

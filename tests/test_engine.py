@@ -246,7 +246,7 @@ def test_bad_input_is_refused_before_any_work(prompts, kwargs, match):
 
 def test_engine_arguments_are_checked():
     model = GPT2.from_hf(tiny_hf())
-    with pytest.raises(ValueError, match="num_blocks must be an integer >= 1"):
+    with pytest.raises(ValueError, match="num_blocks must be a positive integer"):
         LLM(model, 0)
     with pytest.raises(ValueError, match="block_size"):
         LLM(model, 8, block_size=0)
