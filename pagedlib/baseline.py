@@ -62,9 +62,10 @@ class ReserveMaxLLM(LLM):
             raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
                              f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
                              "raise max_len.")
-        if pages_for(self.max_len, self.block_size) > self.num_blocks:
-            raise ValueError(f"one reservation of max_len = {self.max_len} tokens needs more than the whole "
-                             f"cache ({self.num_blocks} blocks of {self.block_size}); raise num_blocks.")
+        if params.n * pages_for(self.max_len, self.block_size) > self.num_blocks:
+            raise ValueError(f"prompts[{index}]: n = {params.n} reservations of max_len = {self.max_len} tokens "
+                             f"need more than the whole cache ({self.num_blocks} blocks of {self.block_size}), "
+                             "so it could never be admitted; raise num_blocks or lower n or max_len.")
         return tokens
 
 

@@ -53,6 +53,7 @@ def run_with_arrivals(llm: LLM, arrivals: list[tuple[int, list[int], SamplingPar
     ``check(llm, plan_seqs)`` runs after every step."""
     ids, step, pending = {}, 0, sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
     while pending or llm.scheduler.has_unfinished():
+        assert step < 2000, "the engine made no progress in 2000 steps"
         while pending and arrivals[pending[0]][0] <= step:
             i = pending.pop(0)
             ids[i] = llm.add_request(arrivals[i][1], arrivals[i][2])
@@ -282,3 +283,91 @@ def test_per_request_metrics_in_prompt_order():
     assert requests[2]["tpot_s"] > 0
     assert sum(r["num_preemptions"] for r in requests) == llm.metrics["preemptions"]
     assert llm.metrics.requests[0].ttft_s == requests[0]["ttft_s"]   # a dataclass, read either way
+
+
+# ---- random workloads --------------------------------------------------------------------------------
+BASE = tokens(24, seed=99)          # prompts are prefixes of one text (so prefix caching has hits) ...
+
+
+@functools.lru_cache(maxsize=None)
+def greedy_reference(prompt: tuple) -> list[int]:
+    return reference(prompt, 8)      # greedy is prefix-stable: cut to each request's max_new_tokens
+
+
+request_strategy = st.tuples(st.integers(1, 24), st.booleans(), st.integers(1, 8), st.sampled_from([1, 1, 2]),
+                             st.integers(0, 6))   # (prompt length, own last token?, max_new_tokens, n, arrival)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(request_strategy, min_size=1, max_size=6),
+       budget=st.sampled_from([1, 2, 3, 5, 8, None]), num_blocks=st.integers(8, 30),
+       block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(2, 5), prefix=st.booleans(),
+       reserve=st.booleans())
+def test_random_workloads_keep_the_invariants_and_match_transformers(requests, budget, num_blocks, block_size,
+                                                                     max_num_seqs, prefix, reserve):
+    """Random prompts (sharing prefixes), lengths, n, arrival steps, budgets and cache sizes, on the
+    paged engine or reserve-max: every step keeps running <= max_num_seqs, blocks used (and reserved)
+    <= num_blocks, the token budget, never frees a block twice; every greedy output is transformers'."""
+    if reserve:
+        llm = ReserveMaxLLM(paged_model(), num_blocks, block_size, max_num_seqs, max_len=32,
+                            max_num_batched_tokens=budget)
+        if llm.scheduler.blocks_per_seq > num_blocks:
+            return
+    else:
+        llm = LLM(paged_model(), num_blocks, block_size, max_num_seqs, enable_prefix_caching=prefix,
+                  max_num_batched_tokens=budget)
+    bm = llm.block_manager
+    release = bm._release
+
+    def release_once(block):                        # a block freed twice would drive its count below 0
+        assert bm.ref_count(block) > 0, f"block {block} freed twice"
+        release(block)
+    bm._release = release_once
+    arrivals = []
+    for length, own_last, max_new, n, step in requests:
+        prompt = BASE[:length - 1] + [(BASE[length - 1] + 1) % VOCAB if own_last else BASE[length - 1]]
+        params = SamplingParams(max_new_tokens=max_new, n=min(n, max_num_seqs))
+        try:
+            llm.check_request(0, prompt, params)
+        except ValueError:                          # can never fit this cache: refused, as the engine does
+            continue
+        arrivals.append((step, prompt, params))
+    check = checked_every_step(budget, max_num_seqs)
+
+    def check_all(llm):
+        check(llm)
+        if reserve:
+            assert bm.num_used_blocks <= llm.scheduler.reserved_blocks <= num_blocks
+    outs = run_with_arrivals(llm, arrivals, check_all)
+    for (_, prompt, params), out in zip(arrivals, outs):
+        ref = greedy_reference(tuple(prompt))[:params.max_new_tokens]
+        assert out == ([ref] * params.n if params.n > 1 else ref)
+    assert bm.num_used_blocks == 0 and not llm.scheduler.has_unfinished()
+    if reserve:
+        assert llm.metrics["preemptions"] == 0      # reservations hold: reserve-max never preempts
+
+
+def test_reserve_max_refuses_a_request_whose_n_reservations_never_fit():
+    llm = ReserveMaxLLM(paged_model(), num_blocks=8, block_size=4, max_num_seqs=4, max_len=32)
+    with pytest.raises(ValueError, match="n = 2 reservations of max_len = 32 tokens need more than the whole cache"):
+        llm.generate([[1, 2]], max_new_tokens=2, n=2, use_tqdm=False)
+    assert llm.generate([[1, 2]], max_new_tokens=2, use_tqdm=False) == [reference((1, 2), 2)]
+
+
+# ---- the Triton kernels (through the interpreter on a CPU: a few small cases) -------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [None, 3])
+def test_triton_backend_chat_turn_and_chunked_prefill(budget):
+    """The bug-1 arrival pattern on the Triton kernels, one layer: a mixed batch (A's decode, B's
+    prefill chunk over A's cached blocks) in one forward pass, whole prompts or chunks of 3."""
+    a_prompt = tokens(8, seed=1)
+    a_out = reference(tuple(a_prompt), 6, n_layer=1)
+    b_prompt = a_prompt + a_out[:4] + [7]
+    llm = LLM(paged_model("triton", n_layer=1), num_blocks=16, block_size=4, max_num_seqs=2,
+              enable_prefix_caching=True, max_num_batched_tokens=budget)
+    arrivals = [(0, a_prompt, SamplingParams(max_new_tokens=6)), (4, b_prompt, SamplingParams(max_new_tokens=3))]
+    outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 2))
+    assert outs == [a_out, reference(tuple(b_prompt), 3, n_layer=1)]
+    assert llm.metrics["prefix_hit_tokens"] > 0
+    assert any(h["prefill_tokens"] and h["decode_tokens"] for h in llm.metrics["history"])   # mixed steps
