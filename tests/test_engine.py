@@ -309,6 +309,7 @@ def test_bench_engine_quick_prints_the_table_and_the_command(capsys):
     out = capsys.readouterr().out
     assert "capacity, paged vs reserve-max" in out and "paged (LLM)" in out and "reserve-max" in out
     assert "outputs identical, paged vs reserve-max: 12/12" in out
+    assert "TTFT p50/p90/p99" in out and "TPOT p50/p90/p99" in out and "token budget per step: none" in out
     assert "reproduce: python -m pagedlib.bench engine --quick --no-hf" in out
 
 
