@@ -23,10 +23,11 @@ keeps its K/V and its hash until the pool needs it back: free blocks with no cac
 handed out first, then cached ones, least recently used first (a sequence's tail before its prefix),
 so a later request with the same prefix still hits.
 
-When a block enters the cache. Only a *committed* block can be hit: :meth:`allocate` and
-:meth:`append` hand out slots, and :meth:`commit` registers the full blocks among a sequence's first
-``num_tokens`` tokens, once the caller guarantees that their K/V exists before any other sequence's
-attention reads them. ``pagedlib``'s scheduler commits, as vLLM v1 does, *at scheduling time*: each
+When a block enters the cache. Only a *committed* block can be hit. :meth:`commit` registers the
+full blocks among a sequence's first ``num_tokens`` tokens, once the caller guarantees that their K/V
+exists before any other sequence's attention reads them; :meth:`allocate` commits the whole prompt
+unless told not to (``commit=False``), and :meth:`append` only hands out a slot. ``pagedlib``'s
+scheduler allocates without committing and commits, as vLLM v1 does, *at scheduling time*: each
 scheduled sequence commits the blocks that its tokens of this step complete. That is safe because
 the engine runs the whole step as one forward pass in which every layer writes all scheduled tokens'
 K/V before its attention reads, so a request admitted in the same step (a chat's next turn, whose
@@ -128,12 +129,15 @@ class BlockManager:
         self.num_evictions = 0   # cached blocks whose content was dropped for reuse
 
     # ---- the contract ------------------------------------------------------------------------
-    def allocate(self, seq_id: Hashable, token_ids: Sequence[int]) -> int:
+    def allocate(self, seq_id: Hashable, token_ids: Sequence[int], commit: bool = True) -> int:
         """Give a new sequence the blocks for its prompt; return how many leading tokens are cached.
 
         The return value is a multiple of ``block_size`` and at most ``len(token_ids) - 1`` (always 0
         without prefix caching): the caller computes and writes the K/V of ``token_ids[n_cached:]``
-        at their slots, then :meth:`commit` them: only committed blocks can be hit by another prompt.
+        at their slots. ``commit=True`` enters the prompt's full blocks in the prefix cache at once (the
+        caller will write their K/V before any other sequence's attention reads them, as when the
+        whole prompt runs in one forward pass); a scheduler that prefills in chunks passes
+        ``commit=False`` and calls :meth:`commit` as each chunk is scheduled.
         """
         if seq_id in self._seqs:
             raise ValueError(f"allocate({seq_id!r}): this sequence already has blocks; free it first "
@@ -156,6 +160,8 @@ class BlockManager:
         if self.enable_prefix_caching:
             self.query_tokens += len(tokens)
             self.hit_tokens += len(hits) * self.block_size
+        if commit:
+            self.commit(seq_id, len(tokens))
         return len(hits) * self.block_size
 
     def append(self, seq_id: Hashable, token_id: int) -> list[tuple[int, int]]:

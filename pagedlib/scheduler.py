@@ -197,7 +197,7 @@ class Scheduler:
             if self.num_seats + seq.num_samples > self.max_num_seqs or not self.can_admit(seq):
                 break
             try:
-                seq.num_cached_tokens = self.block_manager.allocate(seq.seq_id, seq.tokens)
+                seq.num_cached_tokens = self.block_manager.allocate(seq.seq_id, seq.tokens, commit=False)
             except OutOfBlocks:
                 break
             self.waiting.popleft()

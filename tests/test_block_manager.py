@@ -161,7 +161,6 @@ def test_full_shared_blocks_stay_shared():
 def test_prefix_hit_is_capped_before_the_last_token():
     bm = BlockManager(16, 4, enable_prefix_caching=True)
     assert bm.allocate("a", range(9)) == 0
-    bm.commit("a", 9)                          # a's K/V is written: its full blocks can be hit
     assert bm.allocate("b", range(9)) == 8     # two full blocks shared, token 8 recomputed
     assert bm.block_table("b")[:2] == bm.block_table("a")[:2]
     assert bm.allocate("c", range(8)) == 4     # 8 tokens: the second block holds the last token
@@ -172,7 +171,6 @@ def test_prefix_hit_is_capped_before_the_last_token():
 def test_prefix_hash_is_chained():
     bm = BlockManager(16, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4, 5])
-    bm.commit("a", 5)
     assert bm.allocate("b", [9, 9, 3, 4, 5]) == 0  # same second block after a different first one
     assert bm.allocate("c", [1, 2, 3, 9, 5]) == 2  # only the first block matches
 
@@ -180,7 +178,6 @@ def test_prefix_hash_is_chained():
 def test_freed_blocks_stay_cached_until_reused():
     bm = BlockManager(4, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4, 5])
-    bm.commit("a", 5)
     table = bm.block_table("a")
     bm.free("a")
     assert bm.num_free_blocks == 4 and bm.num_cached_blocks == 2
@@ -190,7 +187,6 @@ def test_freed_blocks_stay_cached_until_reused():
 def test_blocks_without_content_are_reused_before_cached_ones_and_tail_before_prefix():
     bm = BlockManager(4, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4])             # blocks 0, 1, both cached
-    bm.commit("a", 4)
     bm.free("a")
     bm.allocate("x", [7])                      # takes an empty block, not a cached one
     assert bm.num_cached_blocks == 2
@@ -221,7 +217,6 @@ def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
     monkeypatch.setattr(bm_module, "block_hash", lambda parent, tokens: b"same")
     bm = BlockManager(8, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3])
-    bm.commit("a", 3)
     assert bm.allocate("b", [5, 6, 3]) == 0    # same name, other tokens: a miss
     assert bm.allocate("c", [1, 2, 3]) == 2
 
@@ -229,14 +224,12 @@ def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
 def test_no_caching_means_no_hits():
     bm = BlockManager(8, 2)
     bm.allocate("a", [1, 2, 3])
-    bm.commit("a", 3)
     assert bm.allocate("b", [1, 2, 3]) == 0 and bm.num_cached_blocks == 0
 
 
 def test_can_allocate_and_can_append_agree_with_the_operations():
     bm = BlockManager(3, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3, 4])
-    bm.commit("a", 4)
     assert bm.can_allocate([1, 2, 3]) and not bm.can_allocate([5, 6, 7, 8, 9])
     bm.allocate("b", [1, 2, 3])                # hit on block 0, one new block
     assert bm.num_free_blocks == 0 and not bm.can_append("a") and bm.can_append("b")
@@ -291,7 +284,6 @@ class ShadowKV(RuleBasedStateMachine):
             assert self.kv[self.bm.slot(sid, i)] == tuple(prompt[:i + 1])
         for i in range(n_cached, len(prompt)):
             self.write(sid, i)
-        self.bm.commit(sid, len(prompt))       # written: its full blocks may now be hit
 
     @rule(data=st.data(), token=st.integers(0, 2))
     def append(self, data, token):
@@ -308,7 +300,7 @@ class ShadowKV(RuleBasedStateMachine):
             self.kv[dst * self.bs:(dst + 1) * self.bs] = self.kv[src * self.bs:(src + 1) * self.bs]
         self.seqs[sid].append(token)
         self.write(sid, len(self.seqs[sid]) - 1)
-        self.bm.commit(sid, len(self.seqs[sid]))
+        self.bm.commit(sid, len(self.seqs[sid]))   # written: a block it completes may now be hit
 
     @rule(data=st.data())
     def fork(self, data):
@@ -412,10 +404,10 @@ def test_memory_benchmark_runs_and_prints_the_reproduce_command(capsys):
 # ---- commit: only blocks whose K/V exists can be hit ---------------------------------------------
 def test_blocks_are_hit_only_once_committed():
     bm = BlockManager(16, 4, enable_prefix_caching=True)
-    bm.allocate("a", range(9))
-    assert bm.allocate("b", range(9)) == 0 and bm.num_cached_blocks == 0   # slots only: nothing cached
+    bm.allocate("a", range(9), commit=False)   # slots only: a chunked prefill commits as it goes
+    assert bm.allocate("b", range(9), commit=False) == 0 and bm.num_cached_blocks == 0
     bm.commit("a", 5)                          # a chunk of 5 tokens computed: block 0 is full
-    assert bm.num_cached_blocks == 1 and bm.allocate("c", range(9)) == 4
+    assert bm.num_cached_blocks == 1 and bm.allocate("c", range(9), commit=False) == 4
     bm.commit("a", 5)                          # committing again changes nothing
     bm.commit("a", 9)
     assert bm.num_cached_blocks == 2 and bm.allocate("d", range(9)) == 8
@@ -423,7 +415,7 @@ def test_blocks_are_hit_only_once_committed():
 
 def test_commit_checks_its_range_and_is_a_no_op_without_caching():
     bm = BlockManager(8, 2, enable_prefix_caching=True)
-    bm.allocate("a", [1, 2, 3])
+    bm.allocate("a", [1, 2, 3], commit=False)
     with pytest.raises(ValueError, match=r"num_tokens must be in \[0, 3\]"):
         bm.commit("a", 4)
     with pytest.raises(KeyError, match="commit"):
@@ -436,8 +428,7 @@ def test_commit_checks_its_range_and_is_a_no_op_without_caching():
 
 def test_a_fork_inherits_what_its_parent_committed():
     bm = BlockManager(8, 2, enable_prefix_caching=True)
-    bm.allocate("p", [1, 2, 3])
-    bm.commit("p", 3)
+    bm.allocate("p", [1, 2, 3])                # commits its full block 0
     bm.fork("p", "c")
     bm.append("c", 4)                          # copy-on-write of block 1, then it fills
     bm.commit("c", 4)

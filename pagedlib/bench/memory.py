@@ -91,7 +91,6 @@ def prefix_costs(args: argparse.Namespace) -> tuple[float, float, int]:
     bm = BlockManager(4096, args.block_size, enable_prefix_caching=True)
     prompt = [random.Random(args.seed).randrange(50_000) for _ in range(args.prompt_len + 1)]
     bm.allocate("warm", prompt)
-    bm.commit("warm", len(prompt))              # its K/V "written": the blocks enter the cache
     bm.free("warm")
     full_blocks = len(prompt) // args.block_size
     lookups = 200
