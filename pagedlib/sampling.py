@@ -79,8 +79,10 @@ def sample_rows(logits: torch.Tensor, rows: Sequence[int], params: Sequence[Samp
     logits). All greedy rows come from one ``argmax``: one wait for the GPU per step, not per row."""
     if not rows:
         return []
-    index = torch.tensor(rows, device=logits.device)
-    picked = logits.index_select(0, index)                       # [len(rows), vocab_size]
+    if rows == list(range(logits.shape[0])):                     # every row once, in order (no forks)
+        picked = logits
+    else:
+        picked = logits.index_select(0, torch.tensor(rows, device=logits.device))   # [len(rows), vocab_size]
     best = picked.argmax(-1).tolist()                            # [len(rows)]
     return [best[i] if p.greedy else sample_token(picked[i], p, g)
             for i, (p, g) in enumerate(zip(params, generators))]
