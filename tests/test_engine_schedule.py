@@ -371,3 +371,18 @@ def test_triton_backend_chat_turn_and_chunked_prefill(budget):
     assert outs == [a_out, reference(tuple(b_prompt), 3, n_layer=1)]
     assert llm.metrics["prefix_hit_tokens"] > 0
     assert any(h["prefill_tokens"] and h["decode_tokens"] for h in llm.metrics["history"])   # mixed steps
+
+
+def test_metrics_are_typed_records_read_by_key_too():
+    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_batched_tokens=4)
+    llm.generate([tokens(9, seed=2)], max_new_tokens=3, use_tqdm=False)
+    m = llm.metrics
+    assert m["steps"] == m.steps == len(m["history"]) and "history" in m and "nope" not in m
+    assert [h["prefill_tokens"] for h in m["history"]] == [4, 4, 1, 0, 0]   # 9 prompt tokens in chunks of 4
+    assert [h.decode_tokens for h in m.history] == [0, 0, 0, 1, 1]   # the first token came with the prefill
+    assert "reserved_blocks" not in m["history"][0]
+    with pytest.raises(KeyError, match="no field 'nope'"):
+        m["nope"]
+    reserve = ReserveMaxLLM(paged_model(), num_blocks=16, block_size=4, max_len=16)
+    reserve.generate([[1, 2]], max_new_tokens=2, use_tqdm=False)
+    assert reserve.metrics["history"][0]["reserved_blocks"] == 4
