@@ -185,6 +185,11 @@ class LLM:
         for src, dst in plan.copies:                     # copy-on-write before anyone writes
             self.kv_cache.copy_block(src, dst)
         seqs = plan.seqs
+        if not seqs and not self.scheduler.running and self.scheduler.waiting and not plan.preempted:
+            head = self.scheduler.waiting[0]
+            raise RuntimeError(f"request {head.request_id} cannot be admitted even into an empty cache "
+                               f"({len(head)} tokens, {head.num_samples} seats); the admission rule "
+                               "(can_admit) or check_request should have refused it")
         sampled: list[Sequence] = []
         if seqs:
             batch = build_batch(seqs, plan.num_new_tokens, self.block_manager, self.model.device)

@@ -386,3 +386,10 @@ def test_metrics_are_typed_records_read_by_key_too():
     reserve = ReserveMaxLLM(paged_model(), num_blocks=16, block_size=4, max_len=16)
     reserve.generate([[1, 2]], max_new_tokens=2, use_tqdm=False)
     assert reserve.metrics["history"][0]["reserved_blocks"] == 4
+
+
+def test_a_request_no_policy_would_ever_admit_is_an_error_not_a_hang():
+    llm = LLM(paged_model(), num_blocks=8, block_size=4)
+    llm.scheduler.can_admit = lambda seq: False                   # a broken admission rule
+    with pytest.raises(RuntimeError, match="request 0 cannot be admitted even into an empty cache"):
+        llm.generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)
