@@ -19,9 +19,10 @@ one (what vLLM v1 and Sarathi-Serve do). Before each step the scheduler fills th
    chunks over several steps (*chunked prefill*).
 
 Each sequence counts its ``num_computed_tokens`` (K/V in the cache); the scheduler advances it by
-the tokens it schedules, as vLLM v1 does, and commits the blocks they complete to the prefix cache. A sequence samples a token only in the step that computes
-its last prompt token, or in a decode. The scheduler only moves sequences between ``waiting`` and
-``running`` and talks to the block manager; the engine runs the model and samples.
+the tokens it schedules, as vLLM v1 does, and commits the blocks they complete to the prefix cache.
+A sequence samples a token only in the step that computes its last prompt token, or in a decode.
+The scheduler only moves sequences between ``waiting`` and ``running`` and talks to the block
+manager; the engine runs the model and samples.
 """
 from __future__ import annotations
 

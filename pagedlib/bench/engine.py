@@ -167,7 +167,8 @@ def main(argv: list[str]) -> int:
     print(f"outputs identical, paged vs reserve-max: {sum(a == b for a, b in zip(paged_outs, reserve_outs))}/{len(prompts)}")
     if args.plot:
         from ..plots.engine import compare_timelines
-        compare_timelines({"paged (LLM)": pm["metrics"], "reserve-max": rm["metrics"]}).savefig(args.plot, dpi=120, bbox_inches="tight")
+        fig = compare_timelines({"paged (LLM)": pm["metrics"], "reserve-max": rm["metrics"]})
+        fig.savefig(args.plot, dpi=120, bbox_inches="tight")
         print(f"plot: {args.plot}")
     print(f"\nreproduce: {command}")
     return 0
