@@ -23,6 +23,8 @@ import operator
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from .validation import positive_int
+
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
            "MODELS", "model_spec", "GPU", "GPUS", "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
@@ -33,7 +35,9 @@ GiB = 1024 ** 3
 
 # ---- pages -------------------------------------------------------------------------------------
 def _int(value, minimum: int) -> int | None:
-    """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None."""
+    """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None.
+    (Counts that must be >= 1 and say so in the shared wording use ``validation.positive_int``; this
+    one also serves the non-negative counts and the messages that name a unit.)"""
     if isinstance(value, bool):
         return None
     try:
@@ -182,9 +186,7 @@ def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
     what the request does not fill is padding. A length above ``max_len`` is a ``ValueError``.
     """
     lengths = _check_lengths(lengths)
-    if _int(max_len, 1) is None:
-        raise ValueError(f"max_len must be a positive integer; got {max_len!r}")
-    max_len = operator.index(max_len)
+    max_len = positive_int("max_len", max_len)
     too_long = [n for n in lengths if n > max_len]
     if too_long:
         raise ValueError(f"lengths holds requests of {too_long} tokens, which do not fit a "

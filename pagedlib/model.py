@@ -7,11 +7,12 @@ paged cache per layer, ``[num_blocks, block_size, n_head, head_dim]`` for K and 
 request, each request finding its tokens through its block table.
 
 The model runs on a *flat batch* (:class:`PagedBatch`): the new tokens of every scheduled sequence,
-concatenated, with the slot each token's K/V goes to. Two kinds of step:
+concatenated, with the slot each token's K/V goes to. One forward pass serves a whole engine step,
+prefill chunks and decode tokens mixed. In every layer:
 
-- **prefill** (a prompt, or the part of it that is not already cached): write the chunk's K/V with
-  ``write_kv``, then attend causally over cached prefix + chunk with ``paged_prefill``;
-- **decode** (one new token per sequence): write its K/V, then attend with ``paged_attention``.
+- each sequence's new tokens (a prompt chunk, or one decode token: a chunk of length 1) first write
+  their K/V with ``write_kv``, then attend causally over the cached prefix + chunk with ``paged_prefill``;
+- when every chunk is a single token (``is_decode``), ``paged_attention`` runs instead.
 
 Either way the model returns the logits of each sequence's *last* token, the only ones the engine
 samples from. The attention backend is ``"triton"`` (the course's kernels ``write_kv``,
