@@ -5,12 +5,24 @@ A sequence's K/V rows are scattered over the cache's blocks; its block table say
 ``t % block_size``. Gather those rows back into a contiguous ``[seq_len, num_kv_heads, head_dim]``
 tensor and the rest is ordinary attention, computed here in fp32 one sequence at a time: slow,
 short and obviously right. The Triton kernels of ``pagedlib.attention`` are tested against it.
+
+The same attention for a whole batch at once, the PyTorch backend of ``pagedlib.model`` on a CPU:
+
+- :func:`paged_attention_batched_ref` (decode) gathers every page the batch reads into one flat
+  tensor, scores each sequence's query against its pages, and merges the pages' partial softmaxes
+  per sequence (a running max and sum, as split-K does), with no Python loop over sequences;
+- :func:`paged_prefill_batched_ref` sends the one-token chunks (decode rows of a mixed batch) there,
+  and runs each longer chunk through one causal SDPA: a chunk is already a big matrix product, so
+  the loop over those costs little, while padding all chunks to the longest would multiply the work.
+
+:func:`write_kv_ref` is ``write_kv`` as an index assignment, for the same backend.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
 
 from . import runtime
 from .attention_checks import check_decode, check_prefill, check_scale
@@ -89,6 +101,105 @@ def paged_prefill_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         v = gather_kv(value_cache, block_tables[s], seq_len)
         cached = seq_len - (last - first)                          # tokens before the chunk
         out[first:last] = _attend(query[first:last], k, v, scale, causal_from=cached).to(query.dtype)
+    return out
+
+
+def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                 value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """``write_kv`` in plain PyTorch: the same contract (key, value ``[num_tokens, num_kv_heads,
+    head_dim]``, one slot per token, slot -1 skips), done by index assignment into the cache viewed
+    as ``[num_blocks * block_size, num_kv_heads, head_dim]``."""
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    key_cache.view(-1, *key_cache.shape[2:])[slots] = key[keep]        # [num_slots, kv_heads, head_dim]
+    value_cache.view(-1, *value_cache.shape[2:])[slots] = value[keep]
+
+
+def batch_pages(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int):
+    """Every page a batch reads, flattened: ``(seq_of_page, block_ids, last_page, tail_len)``.
+
+    ``seq_of_page [num_pages]`` is the sequence each page belongs to and ``block_ids [num_pages]``
+    its block in the cache, sequence 0's pages first; ``last_page [num_seqs]`` indexes each
+    sequence's last page and ``tail_len [num_seqs]`` counts its tokens there (1 to block_size): the
+    only partly filled page of a sequence is its last.
+    """
+    lens = seq_lens.long()
+    pages = (lens + block_size - 1) // block_size                          # [num_seqs]
+    seq_of_page = torch.repeat_interleave(torch.arange(len(lens), device=lens.device), pages)  # [num_pages]
+    last_page = pages.cumsum(0) - 1                                        # [num_seqs]
+    page_in_seq = torch.arange(len(seq_of_page), device=lens.device) - (last_page + 1 - pages)[seq_of_page]
+    block_ids = block_tables[seq_of_page, page_in_seq].long()              # [num_pages]
+    return seq_of_page, block_ids, last_page, lens - (pages - 1) * block_size
+
+
+def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                                block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                                scale: float | None = None, *, validate: bool = True) -> torch.Tensor:
+    """:func:`paged_attention_ref` for the whole batch at once (same arguments, same result).
+
+    Each page the batch reads is gathered once, ``[num_pages, block_size, num_kv_heads, head_dim]``,
+    next to its sequence's query. Each page gives partial scores; a sequence's softmax runs over all
+    its pages through its running max and sum (``scatter_reduce`` and ``index_add`` by sequence), so no
+    sequence is padded to the longest. ``validate=False`` skips the value checks (as the kernels do).
+    """
+    dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
+    scale = check_scale(scale, dims.head_dim)
+    num_seqs, kv_heads, group = query.shape[0], dims.num_kv_heads, num_heads // dims.num_kv_heads
+    if num_seqs == 0:
+        return torch.empty_like(query)
+    seq_of_page, block_ids, last_page, tail_len = batch_pages(block_tables, seq_lens, dims.block_size)
+    k = key_cache[block_ids].float()                                       # [pages, block, kv_heads, dim]
+    v = value_cache[block_ids].float()
+    # slots past a sequence's end (only in its last page) may hold anything, NaN included: their
+    # scores become -inf below and their values 0 here (0 * NaN would still be NaN)
+    tail = torch.arange(dims.block_size, device=query.device)[None, :] >= tail_len[:, None]  # [seqs, block]
+    v[last_page] = v[last_page].masked_fill(tail[..., None, None], 0)
+    q = query.float().view(num_seqs, kv_heads, group, dims.head_dim)[seq_of_page]   # [pages, kv, group, dim]
+    scores = torch.einsum("pkgd,pbkd->pkgb", q, k) * scale                 # [pages, kv_heads, group, block]
+    scores[last_page] = scores[last_page].masked_fill(tail[:, None, None, :], float("-inf"))
+    page_max = scores.amax(dim=-1)                                         # [pages, kv_heads, group]
+    seq_max = page_max.new_full((num_seqs, kv_heads, group), float("-inf")).scatter_reduce_(
+        0, seq_of_page[:, None, None].expand_as(page_max), page_max, "amax")   # [seqs, kv_heads, group]
+    probs = (scores - seq_max[seq_of_page][..., None]).exp()               # [pages, kv_heads, group, block]
+    total = probs.new_zeros(num_seqs, kv_heads, group).index_add_(0, seq_of_page, probs.sum(-1))
+    out = probs.new_zeros(num_seqs, kv_heads, group, dims.head_dim)        # [seqs, kv_heads, group, dim]
+    out.index_add_(0, seq_of_page, torch.einsum("pkgb,pbkd->pkgd", probs, v))
+    return (out / total[..., None]).view(num_seqs, num_heads, dims.head_dim).to(query.dtype)
+
+
+def paged_prefill_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                              block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                              query_start_loc: torch.Tensor, scale: float | None = None, *,
+                              max_query_len: int | None = None, validate: bool = True) -> torch.Tensor:
+    """:func:`paged_prefill_ref` for a whole batch, decode rows included (same arguments and result).
+
+    The sequences that bring one token (the decode rows of a mixed batch) go through
+    :func:`paged_attention_batched_ref` together; each longer chunk attends over its gathered K/V
+    with one causal SDPA in fp32. ``max_query_len`` is accepted for the kernel's signature; this
+    function does not need it.
+    """
+    dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                                    validate)
+    scale = check_scale(scale, dims.head_dim)
+    out = torch.empty_like(query)                                          # [num_tokens, num_heads, dim]
+    chunk = query_start_loc[1:] - query_start_loc[:-1]                     # [num_seqs]
+    single = (chunk == 1).nonzero().flatten()                              # sequences with one new token
+    if len(single):
+        rows = query_start_loc[single].long()                              # their query rows
+        out[rows] = paged_attention_batched_ref(query[rows], key_cache, value_cache, block_tables[single],
+                                                seq_lens[single], scale, validate=False)
+    starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+    for s in (chunk > 1).nonzero().flatten().tolist():                     # the longer chunks
+        first, last = starts[s], starts[s + 1]
+        k = gather_kv(key_cache, block_tables[s], lens[s]).float()         # [seq_len, kv_heads, dim]
+        v = gather_kv(value_cache, block_tables[s], lens[s]).float()
+        q = query[first:last].float()                                      # [chunk, heads, dim]
+        cached = lens[s] - (last - first)                                  # tokens before the chunk
+        visible = (torch.arange(lens[s], device=q.device)[None, :]
+                   <= cached + torch.arange(last - first, device=q.device)[:, None])   # [chunk, seq_len]
+        out[first:last] = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=visible, scale=scale,
+            enable_gqa=True).transpose(0, 1).to(query.dtype)               # [chunk, heads, dim]
     return out
 
 
