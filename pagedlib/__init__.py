@@ -11,7 +11,12 @@ module             idea                                                        c
 ``block_manager``  pages, block tables, ref counts, copy-on-write, prefixes      4, 6
 ``attention_ref``  attention through a page table in plain PyTorch              5
 ``attention``      the Triton kernels: decode, split-K, prefill, write           7, 8
+``layers``         what every paged model shares: batch, KV cache, backend,     9
+                   the paged attention layer, the model protocol
 ``model``          GPT-2 whose attention reads K/V through the paged cache      9
+``llama``          the Llama family (RMSNorm, RoPE, GQA, SwiGLU; Qwen2)         9
+``models``         ``from_hf`` / ``from_pretrained``: the paged model for a     9
+                   ``transformers`` architecture
 ``scheduler``      continuous batching with preemption                          9
 ``engine``         ``LLM``: a small serving engine                              9
 ``sim``            the PagedAttention paper's memory results, simulated         10
@@ -46,11 +51,13 @@ _EXPORTS = {
     "paged_attention_ref": "attention_ref", "paged_prefill_ref": "attention_ref",
     "paged_attention": "attention", "paged_prefill": "attention", "write_kv": "attention",
     # engine
-    "GPT2": "model", "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "engine",
+    "PagedBatch": "layers", "KVCache": "layers", "PagedModel": "layers",
+    "GPT2": "model", "Llama": "llama", "from_hf": "models", "from_pretrained": "models",
+    "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "engine",
     "ReserveMaxLLM": "baseline",
 }
 _SUBMODULES = {"runtime", "capacity", "allocators", "block_manager", "attention_ref", "attention",
-               "model", "scheduler", "engine", "sim", "plots", "widgets", "exercises", "bench"}
+               "layers", "model", "llama", "models", "scheduler", "engine", "sim", "plots", "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 
