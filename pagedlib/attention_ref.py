@@ -137,10 +137,11 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
                                 scale: float | None = None, *, validate: bool = True) -> torch.Tensor:
     """:func:`paged_attention_ref` for the whole batch at once (same arguments, same result).
 
-    Each page the batch reads is gathered once, ``[num_pages, block_size, num_kv_heads, head_dim]``,
-    next to its sequence's query. Each page gives partial scores; a sequence's softmax runs over all
-    its pages through its running max and sum (``scatter_reduce`` and ``index_add`` by sequence), so no
-    sequence is padded to the longest. ``validate=False`` skips the value checks (as the kernels do).
+    Every page the batch reads is gathered once, ``[num_pages, block_size, num_kv_heads, head_dim]``,
+    and scored against its sequence's query heads. A sequence's softmax then runs over all its pages
+    through their maxima and sums, merged per sequence (``scatter_reduce`` and ``index_add``), as
+    split-K merges its splits: no sequence is padded to the longest, and the only loop is over KV
+    heads. ``validate=False`` skips the value checks (as the kernels do).
     """
     dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
     scale = check_scale(scale, dims.head_dim)
@@ -148,22 +149,25 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     if num_seqs == 0:
         return torch.empty_like(query)
     seq_of_page, block_ids, last_page, tail_len = batch_pages(block_tables, seq_lens, dims.block_size)
-    k = key_cache[block_ids].float()                                       # [pages, block, kv_heads, dim]
-    v = value_cache[block_ids].float()
+    k = key_cache.index_select(0, block_ids).float()                       # [pages, block, kv_heads, dim]
+    v = value_cache.index_select(0, block_ids).float()
     # slots past a sequence's end (only in its last page) may hold anything, NaN included: their
     # scores become -inf below and their values 0 here (0 * NaN would still be NaN)
     tail = torch.arange(dims.block_size, device=query.device)[None, :] >= tail_len[:, None]  # [seqs, block]
     v[last_page] = v[last_page].masked_fill(tail[..., None, None], 0)
-    q = query.float().view(num_seqs, kv_heads, group, dims.head_dim)[seq_of_page]   # [pages, kv, group, dim]
-    scores = torch.einsum("pkgd,pbkd->pkgb", q, k) * scale                 # [pages, kv_heads, group, block]
+    q = (query.float() * scale).view(num_seqs, kv_heads, group, dims.head_dim)[seq_of_page]  # [pages, kv, group, dim]
+    # one batched matmul per KV head: its group of query heads against every page's keys
+    scores = torch.stack([torch.bmm(q[:, h], k[:, :, h].transpose(1, 2)) for h in range(kv_heads)],
+                         dim=1)                                            # [pages, kv_heads, group, block]
     scores[last_page] = scores[last_page].masked_fill(tail[:, None, None, :], float("-inf"))
     page_max = scores.amax(dim=-1)                                         # [pages, kv_heads, group]
     seq_max = page_max.new_full((num_seqs, kv_heads, group), float("-inf")).scatter_reduce_(
         0, seq_of_page[:, None, None].expand_as(page_max), page_max, "amax")   # [seqs, kv_heads, group]
-    probs = (scores - seq_max[seq_of_page][..., None]).exp()               # [pages, kv_heads, group, block]
+    probs = (scores - seq_max[seq_of_page][..., None]).exp_()              # [pages, kv_heads, group, block]
     total = probs.new_zeros(num_seqs, kv_heads, group).index_add_(0, seq_of_page, probs.sum(-1))
-    out = probs.new_zeros(num_seqs, kv_heads, group, dims.head_dim)        # [seqs, kv_heads, group, dim]
-    out.index_add_(0, seq_of_page, torch.einsum("pkgb,pbkd->pkgd", probs, v))
+    page_out = torch.stack([torch.bmm(probs[:, h], v[:, :, h]) for h in range(kv_heads)],
+                           dim=1)                                          # [pages, kv_heads, group, dim]
+    out = page_out.new_zeros(num_seqs, kv_heads, group, dims.head_dim).index_add_(0, seq_of_page, page_out)
     return (out / total[..., None]).view(num_seqs, num_heads, dims.head_dim).to(query.dtype)
 
 

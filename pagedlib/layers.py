@@ -202,6 +202,13 @@ class PagedLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def describe(self) -> str:
+        """One line: the model's class, its cache shape, vocabulary, context and size."""
+        kv = self.kv_shape
+        return (f"{type(self).__name__}, {kv.num_layers} layers, {kv.num_kv_heads} KV heads x {kv.head_dim} "
+                f"per layer, vocab {self.vocab_size}, context {self.context_length}, "
+                f"{self.num_parameters() / 1e6:.2f} M parameters")
+
     @staticmethod
     def last_logits(x: torch.Tensor, batch: PagedBatch, norm: nn.Module, head: torch.Tensor) -> torch.Tensor:
         """The fp32 logits of each sequence's last token from the final hidden states ``x

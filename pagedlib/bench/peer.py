@@ -53,8 +53,8 @@ def build_hf(kind: str, args):
                                          n_positions=args.max_len, **common)
         model = transformers.GPT2LMHeadModel(config)
     else:
-        config = transformers.LlamaConfig(num_hidden_layers=args.layers, num_attention_heads=2 * args.heads,
-                                          num_key_value_heads=max(1, args.heads // 2),
+        config = transformers.LlamaConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                                          num_key_value_heads=max(1, args.heads // 2),     # GQA
                                           hidden_size=args.embd, intermediate_size=3 * args.embd,
                                           max_position_embeddings=args.max_len, **common)
         model = transformers.LlamaForCausalLM(config)
@@ -164,6 +164,17 @@ def compare(kind: str, args, prompts, budgets) -> dict:
           f"per pair of runs {' '.join(f'{r:.2f}x' for r in ratios)}")
     print(f"outputs identical: {same}/{len(prompts)} requests")
     return {"ratio": a.tokens_per_s / b.tokens_per_s, "identical": same, "requests": len(prompts)}
+
+
+def add_arguments(parser) -> None:
+    """The options of this comparison (the model and workload options are the engine bench's)."""
+    parser.add_argument("--models", default=",".join(MODELS), help=f"with --against: any of {MODELS}, comma-separated")
+    parser.add_argument("--runs", type=int, default=3, help="with --against: alternating runs of each engine")
+    parser.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"),
+                        help="with --against: transformers' attention (eager becomes its paged|eager)")
+    parser.add_argument("--hf-page-size", type=int, default=256, help="with --against: transformers' page size")
+    parser.add_argument("--hf-max-batch-tokens", type=int, default=None,
+                        help="with --against: transformers' token budget per step (default: its own)")
 
 
 def main(args, prompts, budgets) -> int:
