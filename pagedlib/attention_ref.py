@@ -8,9 +8,10 @@ short and obviously right. The Triton kernels of ``pagedlib.attention`` are test
 
 The same attention for a whole batch at once, the PyTorch backend of ``pagedlib.model`` on a CPU:
 
-- :func:`paged_attention_batched_ref` (decode) gathers every page the batch reads into one flat
-  tensor, scores each sequence's query against its pages, and merges the pages' partial softmaxes
-  per sequence (a running max and sum, as split-K does), with no Python loop over sequences;
+- :func:`paged_attention_batched_ref` (decode) treats the block tables as a sparse attention
+  pattern over the cache's rows and runs the batch's attention as three sparse whole-batch steps
+  (scores at the pattern's entries, a softmax per row, a weighted sum of value rows), reading the
+  cache in place, with no Python loop over sequences;
 - :func:`paged_prefill_batched_ref` sends the one-token chunks (decode rows of a mixed batch) there,
   and runs each longer chunk through one causal SDPA: a chunk is already a big matrix product, so
   the loop over those costs little, while padding all chunks to the longest would multiply the work.
@@ -19,6 +20,7 @@ The same attention for a whole batch at once, the PyTorch backend of ``pagedlib.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -116,12 +118,12 @@ def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor
 
 
 def batch_pages(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int):
-    """Every page a batch reads, flattened: ``(seq_of_page, block_ids, last_page, tail_len)``.
+    """Every page a batch reads, flattened: ``(block_ids, last_page, tail_len)``.
 
-    ``seq_of_page [num_pages]`` is the sequence each page belongs to and ``block_ids [num_pages]``
-    its block in the cache, sequence 0's pages first; ``last_page [num_seqs]`` indexes each
-    sequence's last page and ``tail_len [num_seqs]`` counts its tokens there (1 to block_size): the
-    only partly filled page of a sequence is its last.
+    ``block_ids [num_pages]`` are the blocks the sequences read, sequence 0's pages first, each in
+    table order; ``last_page [num_seqs]`` indexes each sequence's last page and ``tail_len
+    [num_seqs]`` counts its tokens there (1 to block_size): a sequence's only partly filled page is
+    its last.
     """
     lens = seq_lens.long()
     pages = (lens + block_size - 1) // block_size                          # [num_seqs]
@@ -129,46 +131,88 @@ def batch_pages(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: 
     last_page = pages.cumsum(0) - 1                                        # [num_seqs]
     page_in_seq = torch.arange(len(seq_of_page), device=lens.device) - (last_page + 1 - pages)[seq_of_page]
     block_ids = block_tables[seq_of_page, page_in_seq].long()              # [num_pages]
-    return seq_of_page, block_ids, last_page, lens - (pages - 1) * block_size
+    return block_ids, last_page, lens - (pages - 1) * block_size
+
+
+def token_rows(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+               num_kv_heads: int) -> torch.Tensor:
+    """The cache row of every cached token of the batch, ``[total_tokens]``, sequence by sequence.
+
+    A cache ``[num_blocks, block_size, num_kv_heads, head_dim]`` viewed as rows of ``head_dim`` has
+    ``num_kv_heads`` rows per slot; this is the first of them: ``slot * num_kv_heads``.
+    """
+    block_ids, last_page, tail_len = batch_pages(block_tables, seq_lens, block_size)
+    offsets = torch.arange(block_size, device=block_ids.device)
+    slots = block_ids[:, None] * block_size + offsets                      # [num_pages, block_size]
+    owned = torch.ones_like(slots, dtype=torch.bool)
+    owned[last_page] = offsets[None, :] < tail_len[:, None]                # the tail of a last page is not
+    return slots[owned] * num_kv_heads                                     # [total_tokens]
+
+
+@dataclass(frozen=True)
+class DecodePattern:
+    """Which cache rows each query head of a decode batch reads, as a CSR sparse pattern.
+
+    Row ``h * num_seqs + s`` (query head ``h`` of sequence ``s``) holds ``seq_lens[s]`` entries,
+    ``crow[r] : crow[r + 1]`` of ``columns``: the rows of the cache (viewed as ``[num_blocks *
+    block_size * num_kv_heads, head_dim]``) of that sequence's tokens, for head ``h``'s KV head.
+    """
+
+    crow: torch.Tensor       # [num_heads * num_seqs + 1] int64
+    columns: torch.Tensor    # [num_heads * total_tokens] int64
+    row_len: torch.Tensor    # [num_heads * num_seqs] int64
+
+
+def decode_pattern(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, num_heads: int,
+                   num_kv_heads: int) -> DecodePattern:
+    """The :class:`DecodePattern` of a batch (the same in every layer, so a model builds it once)."""
+    tokens = token_rows(block_tables, seq_lens, block_size, num_kv_heads)    # [total_tokens]
+    kv_head = torch.arange(num_heads, device=tokens.device) // (num_heads // num_kv_heads)   # [num_heads]
+    columns = (tokens[None, :] + kv_head[:, None]).flatten()               # [num_heads * total_tokens]
+    row_len = seq_lens.long().repeat(num_heads)                            # [num_heads * num_seqs]
+    return DecodePattern(torch.cat([row_len.new_zeros(1), row_len.cumsum(0)]), columns, row_len)
 
 
 def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                                 block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                                scale: float | None = None, *, validate: bool = True) -> torch.Tensor:
+                                scale: float | None = None, *, validate: bool = True,
+                                pattern: DecodePattern | None = None) -> torch.Tensor:
     """:func:`paged_attention_ref` for the whole batch at once (same arguments, same result).
 
-    Every page the batch reads is gathered once, ``[num_pages, block_size, num_kv_heads, head_dim]``,
-    and scored against its sequence's query heads. A sequence's softmax then runs over all its pages
-    through their maxima and sums, merged per sequence (``scatter_reduce`` and ``index_add``), as
-    split-K merges its splits: no sequence is padded to the longest, and the only loop is over KV
-    heads. ``validate=False`` skips the value checks (as the kernels do).
+    Decode attention through block tables *is* sparse attention: view the cache as one matrix of
+    rows (``[num_blocks * block_size * num_kv_heads, head_dim]``); query head ``h`` of sequence ``s``
+    may look only at the rows its block table names, one per token, for its KV head. That pattern
+    is a sparse matrix ``[num_heads * num_seqs, cache rows]`` in CSR form, built without a loop;
+    then three whole-batch steps: the scores at exactly those entries (``sampled_addmm``, reading
+    the cache in place, no gather), a softmax within each row, and the probability-weighted sum of
+    the value rows (``embedding_bag``: a weighted bag of rows). No sequence is padded, no slot
+    outside a sequence is ever read (NaN there cannot leak). Computed in fp32 (a half-precision
+    cache is converted first: correct, but slow). ``pattern`` is :func:`decode_pattern` of these
+    block tables, if the caller kept it from an earlier layer. ``validate=False`` skips the value
+    checks (as the kernels do).
     """
     dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
     scale = check_scale(scale, dims.head_dim)
-    num_seqs, kv_heads, group = query.shape[0], dims.num_kv_heads, num_heads // dims.num_kv_heads
+    num_seqs = query.shape[0]
     if num_seqs == 0:
         return torch.empty_like(query)
-    seq_of_page, block_ids, last_page, tail_len = batch_pages(block_tables, seq_lens, dims.block_size)
-    k = key_cache.index_select(0, block_ids).float()                       # [pages, block, kv_heads, dim]
-    v = value_cache.index_select(0, block_ids).float()
-    # slots past a sequence's end (only in its last page) may hold anything, NaN included: their
-    # scores become -inf below and their values 0 here (0 * NaN would still be NaN)
-    tail = torch.arange(dims.block_size, device=query.device)[None, :] >= tail_len[:, None]  # [seqs, block]
-    v[last_page] = v[last_page].masked_fill(tail[..., None, None], 0)
-    q = (query.float() * scale).view(num_seqs, kv_heads, group, dims.head_dim)[seq_of_page]  # [pages, kv, group, dim]
-    # one batched matmul per KV head: its group of query heads against every page's keys
-    scores = torch.stack([torch.bmm(q[:, h], k[:, :, h].transpose(1, 2)) for h in range(kv_heads)],
-                         dim=1)                                            # [pages, kv_heads, group, block]
-    scores[last_page] = scores[last_page].masked_fill(tail[:, None, None, :], float("-inf"))
-    page_max = scores.amax(dim=-1)                                         # [pages, kv_heads, group]
-    seq_max = page_max.new_full((num_seqs, kv_heads, group), float("-inf")).scatter_reduce_(
-        0, seq_of_page[:, None, None].expand_as(page_max), page_max, "amax")   # [seqs, kv_heads, group]
-    probs = (scores - seq_max[seq_of_page][..., None]).exp_()              # [pages, kv_heads, group, block]
-    total = probs.new_zeros(num_seqs, kv_heads, group).index_add_(0, seq_of_page, probs.sum(-1))
-    page_out = torch.stack([torch.bmm(probs[:, h], v[:, :, h]) for h in range(kv_heads)],
-                           dim=1)                                          # [pages, kv_heads, group, dim]
-    out = page_out.new_zeros(num_seqs, kv_heads, group, dims.head_dim).index_add_(0, seq_of_page, page_out)
-    return (out / total[..., None]).view(num_seqs, num_heads, dims.head_dim).to(query.dtype)
+    if pattern is None:
+        pattern = decode_pattern(block_tables, seq_lens, dims.block_size, num_heads, dims.num_kv_heads)
+    crow, columns, row_len = pattern.crow, pattern.columns, pattern.row_len
+    k_rows = key_cache.float().reshape(-1, dims.head_dim)                  # [cache rows, head_dim]
+    v_rows = value_cache.float().reshape(-1, dims.head_dim)
+    q = (query.float() * scale).transpose(0, 1).reshape(-1, dims.head_dim)   # [num_heads * num_seqs, dim]
+    with warnings.catch_warnings():                                        # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.sparse_csr_tensor(crow, columns, q.new_zeros(columns.shape),
+                                          size=(q.shape[0], k_rows.shape[0]), check_invariants=False)
+        scores = torch.sparse.sampled_addmm(pattern, q, k_rows.T).values()   # [entries] q . k per entry
+    row_max = torch.segment_reduce(scores, "max", lengths=row_len)         # [rows]
+    probs = (scores - row_max.repeat_interleave(row_len, output_size=len(scores))).exp_()
+    total = torch.segment_reduce(probs, "sum", lengths=row_len)            # [rows]
+    out = F.embedding_bag(columns, v_rows, crow[:-1], mode="sum", per_sample_weights=probs)  # [rows, dim]
+    out = out / total[:, None]
+    return out.view(num_heads, num_seqs, dims.head_dim).transpose(0, 1).to(query.dtype)
 
 
 def paged_prefill_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

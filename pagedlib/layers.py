@@ -9,8 +9,8 @@ K/V live and how attention reads them is the same for all, and lives here:
   the slot each token's K/V goes to;
 - :class:`KVCache`: per layer, a key and a value cache ``[num_blocks, block_size, num_kv_heads,
   head_dim]`` whose block ids are the block manager's;
-- :class:`Backend`: the three attention functions (write, prefill, decode) of ``"triton"`` (the
-  course's kernels) or ``"torch"`` (the batched PyTorch references), chosen once per model;
+- :class:`Backend`: write, decode and prefill through ``"triton"`` (the course's kernels) or
+  ``"torch"`` (the batched PyTorch references), chosen once per model;
 - :class:`PagedAttention`: write the new tokens' K/V, then attend: ``paged_attention`` when every
   sequence brings one token, ``paged_prefill`` otherwise (chunks of any length, one-token chunks
   included, so a batch may mix prefill chunks and decode rows);
@@ -19,9 +19,8 @@ K/V live and how attention reads them is the same for all, and lives here:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
-from typing import Callable, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -53,6 +52,8 @@ class PagedBatch:
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32
     is_decode: bool
     max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
+    # what a backend derives from the batch alone, built in the first layer and reused by the others
+    plans: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -89,35 +90,50 @@ class KVCache:
 
 @dataclass(frozen=True)
 class Backend:
-    """The attention functions of one backend: ``write_kv(key, value, key_cache, value_cache,
-    slot_mapping)``, ``prefill(query, key_cache, value_cache, block_tables, seq_lens,
-    query_start_loc, max_query_len=...)`` and ``decode(query, key_cache, value_cache, block_tables,
-    seq_lens)``. ``checked`` validates tensor values (layer 0), ``trusted`` skips that (later layers:
-    they see the same batch)."""
+    """Where a layer's attention runs: ``"triton"`` (the course's kernels ``write_kv``,
+    ``paged_attention``, ``paged_prefill``) or ``"torch"`` (``write_kv_ref`` and the batched
+    references of ``pagedlib.attention_ref``). ``validate`` checks tensor values (the first layer
+    does; the others see the same batch and skip it)."""
 
     name: str
-    write_kv: Callable
-    prefill: Callable
-    decode: Callable
+    validate: bool = True
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 batch: PagedBatch) -> None:
+        if self.name == "triton":
+            from .attention import write_kv
+            return write_kv(k, v, key_cache, value_cache, batch.slot_mapping, validate=self.validate)
+        from .attention_ref import write_kv_ref
+        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
+
+    def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               batch: PagedBatch) -> torch.Tensor:
+        if self.name == "triton":
+            from .attention import paged_attention
+            return paged_attention(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                   validate=self.validate)
+        from .attention_ref import decode_pattern, paged_attention_batched_ref
+        if "decode_pattern" not in batch.plans:     # the same for every layer: build it once per batch
+            batch.plans["decode_pattern"] = decode_pattern(batch.block_tables, batch.seq_lens,
+                                                           key_cache.shape[1], q.shape[1], key_cache.shape[2])
+        return paged_attention_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                           validate=self.validate, pattern=batch.plans["decode_pattern"])
+
+    def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                batch: PagedBatch) -> torch.Tensor:
+        if self.name == "triton":
+            from .attention import paged_prefill as prefill
+        else:
+            from .attention_ref import paged_prefill_batched_ref as prefill
+        return prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc,
+                       max_query_len=batch.max_query_len, validate=self.validate)
 
 
 def make_backends(name: str) -> tuple[Backend, Backend]:
     """(checked, trusted) :class:`Backend` of ``name`` (one of :data:`BACKENDS`)."""
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {name!r}.")
-    if name == "triton":
-        from .attention import paged_attention as decode, paged_prefill as prefill, write_kv
-    else:
-        from .attention_ref import (paged_attention_batched_ref as decode,
-                                    paged_prefill_batched_ref as prefill, write_kv_ref)
-        write_kv = partial(_no_validate, write_kv_ref)
-    return tuple(Backend(name, partial(write_kv, validate=v), partial(prefill, validate=v),
-                         partial(decode, validate=v)) for v in (True, False))
-
-
-def _no_validate(fn: Callable, *args, validate: bool = True):
-    """``fn`` with a ``validate`` keyword it does not need (the reference write checks nothing)."""
-    return fn(*args)
+    return Backend(name, validate=True), Backend(name, validate=False)
 
 
 class PagedAttention(nn.Module):
@@ -131,12 +147,11 @@ class PagedAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 cache: tuple[torch.Tensor, torch.Tensor], batch: PagedBatch, backend: Backend) -> torch.Tensor:
         key_cache, value_cache = cache
-        backend.write_kv(k, v, key_cache, value_cache, batch.slot_mapping)   # the new tokens join the cache
+        backend.write_kv(k, v, key_cache, value_cache, batch)     # the new tokens join the cache
         if batch.is_decode:   # one query per sequence: num_tokens == num_seqs
-            return backend.decode(q, key_cache, value_cache, batch.block_tables, batch.seq_lens)
+            return backend.decode(q, key_cache, value_cache, batch)
         # a causal chunk per sequence (one token for a decode row), over its cached prefix and itself
-        return backend.prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                               batch.query_start_loc, max_query_len=batch.max_query_len)
+        return backend.prefill(q, key_cache, value_cache, batch)
 
 
 @runtime_checkable
