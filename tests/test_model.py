@@ -228,3 +228,28 @@ def test_copy_block_copies_every_layer():
     for key_cache, value_cache in kv.layers:
         assert torch.equal(key_cache[2], key_cache[0]) and key_cache[2].abs().sum() > 0
         assert torch.equal(value_cache[2], value_cache[0])
+
+
+def test_backend_is_chosen_once_and_the_decode_pattern_built_once_per_batch(monkeypatch):
+    """Choosing a backend happens when it is set, not per layer per forward; the torch backend's
+    sparse decode pattern depends only on the batch, so three layers build it once."""
+    from pagedlib import attention_ref, layers
+    model = paged(tiny_hf(n_layer=3), "torch")
+    kv = model.make_kv_cache(num_blocks=4, block_size=4)
+    chosen, built = [], []
+    monkeypatch.setattr(layers, "make_backends", lambda name: chosen.append(name))
+    real = attention_ref.decode_pattern
+    monkeypatch.setattr(attention_ref, "decode_pattern", lambda *a: built.append(1) or real(*a))
+    model(batch_for([(0, [3, 1, 4, 1, 5])], [[2, 0]], 4), kv)
+    model(batch_for([(5, [9])], [[2, 0]], 4, is_decode=True), kv)
+    model(batch_for([(6, [2])], [[2, 0]], 4, is_decode=True), kv)
+    assert chosen == [] and len(built) == 2                    # one per decode batch, not one per layer
+
+
+def test_model_meets_the_engine_protocol():
+    from pagedlib.layers import PagedModel
+    model = paged(tiny_hf())
+    assert isinstance(model, PagedModel)
+    assert (model.context_length, model.vocab_size) == (128, 300)
+    assert (model.kv_shape.num_layers, model.kv_shape.num_kv_heads, model.kv_shape.head_dim) == (2, 4, 16)
+    assert [type(layer).__name__ for layer in model.layers] == ["GPT2Layer", "GPT2Layer"]

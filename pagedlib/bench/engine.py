@@ -117,8 +117,8 @@ def main(argv: list[str]) -> int:
     print(f"KV budget: {args.kv_slots} token slots = {num_blocks} blocks of {args.block_size}; "
           f"device {runtime.DEVICE.type}, attention backend {args.backend}, torch threads {torch.get_num_threads()}")
     if runtime.DEVICE.type == "cpu" and args.backend == "torch":
-        print("note: on a CPU the reference attention runs one sequence at a time, so a bigger batch is not\n"
-              "      cheaper per token there; the capacity ratio does not depend on the hardware.")
+        print("note: on a CPU attention is the batched PyTorch reference, not a tuned kernel; the capacity\n"
+              "      ratio does not depend on the hardware.")
     if runtime.INTERPRET and args.backend == "triton":
         print("note: Triton runs through the interpreter here: its timings mean nothing (capacity still does).")
 
