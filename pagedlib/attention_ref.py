@@ -109,12 +109,14 @@ def paged_prefill_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
 def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                  value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """``write_kv`` in plain PyTorch: the same contract (key, value ``[num_tokens, num_kv_heads,
-    head_dim]``, one slot per token, slot -1 skips), done by index assignment into the cache viewed
+    head_dim]``, one slot per token, slot -1 skips), done by ``index_copy_`` into the cache viewed
     as ``[num_blocks * block_size, num_kv_heads, head_dim]``."""
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep]
-    key_cache.view(-1, *key_cache.shape[2:])[slots] = key[keep]        # [num_slots, kv_heads, head_dim]
-    value_cache.view(-1, *value_cache.shape[2:])[slots] = value[keep]
+    slots = slot_mapping.long()
+    if bool((slots < 0).any()):                    # drop the skipped tokens (the engine never sends any)
+        keep = slots >= 0
+        slots, key, value = slots[keep], key[keep], value[keep]
+    key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key)       # [num_slots, kv_heads, dim]
+    value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slots, value)
 
 
 def batch_pages(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int):

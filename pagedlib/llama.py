@@ -95,7 +95,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) * weight, in fp32 (as transformers does), returned in x's dtype."""
+    """x / rms(x) * weight: the root mean square taken in fp32 (as transformers does), the result in
+    x's dtype, then scaled."""
 
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -103,9 +104,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
 
 
 class LlamaLayer(nn.Module):
