@@ -240,3 +240,13 @@ def test_llama_shape_and_parameter_count():
     assert model.num_parameters() == sum(p.numel() for p in hf.parameters())
     kv = model.make_kv_cache(num_blocks=3, block_size=4)
     assert kv.layers[0][0].shape == (3, 4, 2, 16)           # [num_blocks, block_size, num_kv_heads, head_dim]
+
+
+def test_bench_against_transformers_quick(capsys):
+    """The comparison with transformers' continuous batching runs both models and finds the same tokens."""
+    from pagedlib.bench.__main__ import main
+    assert main(["engine", "--against", "transformers", "--quick", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("outputs identical: 12/12 requests") == 2        # --quick: 12 requests
+    assert "gpt2: GPT2" in out and "llama: Llama" in out and out.count("CPU time") == 2
+    assert "reproduce: python -m pagedlib.bench engine --against transformers --quick" in out
