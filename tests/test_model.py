@@ -253,3 +253,16 @@ def test_model_meets_the_engine_protocol():
     assert (model.context_length, model.vocab_size) == (128, 300)
     assert (model.kv_shape.num_layers, model.kv_shape.num_kv_heads, model.kv_shape.head_dim) == (2, 4, 16)
     assert [type(layer).__name__ for layer in model.layers] == ["GPT2Layer", "GPT2Layer"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_mixed_batch_of_a_prefill_chunk_and_decode_rows_matches_transformers(backend):
+    """A decode row is a prefill chunk of one token: one forward pass may carry both kinds."""
+    hf = tiny_hf(n_layer=1)
+    model = paged(hf, backend)
+    kv = model.make_kv_cache(num_blocks=8, block_size=4)
+    a, b, c = [3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2], [6, 6]
+    model(batch_for([(0, b[:-1]), (0, c[:-1])], [[5, 1], [7]], 4), kv)       # b and c are cached
+    out = model(batch_for([(0, a), (4, b[-1:]), (1, c[-1:])], [[2, 0], [5, 1], [7]], 4), kv)
+    for row, tokens in zip(out, (a, b, c)):
+        assert_logits_close(row, hf_logits(hf, tokens)[-1])
