@@ -27,7 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from . import runtime
-from .attention_checks import check_decode, check_prefill, check_scale
+from .attention_checks import CacheDims, check_decode, check_prefill, check_scale
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -191,9 +191,13 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     outside a sequence is ever read (NaN there cannot leak). Computed in fp32 (a half-precision
     cache is converted first: correct, but slow). ``pattern`` is :func:`decode_pattern` of these
     block tables, if the caller kept it from an earlier layer. ``validate=False`` skips the value
-    checks (as the kernels do).
+    checks (as the kernels do); with a ``pattern`` too, it skips every check (the layer that built
+    the pattern checked the same batch).
     """
-    dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
+    if validate or pattern is None:
+        dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
+    else:
+        dims, num_heads = CacheDims(*key_cache.shape), query.shape[1]
     scale = check_scale(scale, dims.head_dim)
     num_seqs = query.shape[0]
     if num_seqs == 0:
