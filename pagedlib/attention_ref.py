@@ -16,7 +16,7 @@ The same attention for a whole batch at once, the PyTorch backend of ``pagedlib.
   and runs each longer chunk through one causal SDPA: a chunk is already a big matrix product, so
   the loop over those costs little, while padding all chunks to the longest would multiply the work.
 
-:func:`write_kv_ref` is ``write_kv`` as an index assignment, for the same backend.
+:func:`write_kv_ref` is ``write_kv`` as an index copy, for the same backend.
 """
 from __future__ import annotations
 
@@ -224,26 +224,36 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
 def paged_prefill_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                               block_tables: torch.Tensor, seq_lens: torch.Tensor,
                               query_start_loc: torch.Tensor, scale: float | None = None, *,
-                              max_query_len: int | None = None, validate: bool = True) -> torch.Tensor:
+                              max_query_len: int | None = None, validate: bool = True,
+                              plans: dict | None = None) -> torch.Tensor:
     """:func:`paged_prefill_ref` for a whole batch, decode rows included (same arguments and result).
 
     The sequences that bring one token (the decode rows of a mixed batch) go through
     :func:`paged_attention_batched_ref` together; each longer chunk attends over its gathered K/V
     with one causal SDPA in fp32. ``max_query_len`` is accepted for the kernel's signature; this
-    function does not need it.
+    function does not need it. ``plans``, a dict kept with the batch, holds what the first layer
+    works out about the one-token rows (which they are, their decode pattern) for the others.
     """
     dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
                                     validate)
     scale = check_scale(scale, dims.head_dim)
     out = torch.empty_like(query)                                          # [num_tokens, num_heads, dim]
-    chunk = query_start_loc[1:] - query_start_loc[:-1]                     # [num_seqs]
-    single = (chunk == 1).nonzero().flatten()                              # sequences with one new token
-    if len(single):
-        rows = query_start_loc[single].long()                              # their query rows
-        out[rows] = paged_attention_batched_ref(query[rows], key_cache, value_cache, block_tables[single],
-                                                seq_lens[single], scale, validate=False)
+    plans = {} if plans is None else plans
+    if "single" not in plans:
+        chunk = query_start_loc[1:] - query_start_loc[:-1]                 # [num_seqs]
+        single = (chunk == 1).nonzero().flatten()                          # sequences with one new token
+        plans["single"] = (single, query_start_loc[single].long(), block_tables[single], seq_lens[single],
+                           (chunk > 1).nonzero().flatten().tolist())
+    single, rows, single_tables, single_lens, longer = plans["single"]
+    if len(single):                                                        # rows: their query rows
+        if "single_pattern" not in plans:
+            plans["single_pattern"] = decode_pattern(single_tables, single_lens, dims.block_size, num_heads,
+                                                     dims.num_kv_heads)
+        out[rows] = paged_attention_batched_ref(query[rows], key_cache, value_cache, single_tables,
+                                                single_lens, scale, validate=False,
+                                                pattern=plans["single_pattern"])
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
-    for s in (chunk > 1).nonzero().flatten().tolist():                     # the longer chunks
+    for s in longer:                                                       # the longer chunks
         first, last = starts[s], starts[s + 1]
         k = gather_kv(key_cache, block_tables[s], lens[s]).float()         # [seq_len, kv_heads, dim]
         v = gather_kv(value_cache, block_tables[s], lens[s]).float()

@@ -121,12 +121,13 @@ class Backend:
 
     def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                 batch: PagedBatch) -> torch.Tensor:
+        args = (q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc)
         if self.name == "triton":
-            from .attention import paged_prefill as prefill
-        else:
-            from .attention_ref import paged_prefill_batched_ref as prefill
-        return prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc,
-                       max_query_len=batch.max_query_len, validate=self.validate)
+            from .attention import paged_prefill
+            return paged_prefill(*args, max_query_len=batch.max_query_len, validate=self.validate)
+        from .attention_ref import paged_prefill_batched_ref
+        return paged_prefill_batched_ref(*args, max_query_len=batch.max_query_len, validate=self.validate,
+                                         plans=batch.plans)     # decode rows: their pattern built once
 
 
 def make_backends(name: str) -> tuple[Backend, Backend]:

@@ -232,7 +232,8 @@ def test_copy_block_copies_every_layer():
 
 def test_backend_is_chosen_once_and_the_decode_pattern_built_once_per_batch(monkeypatch):
     """Choosing a backend happens when it is set, not per layer per forward; the torch backend's
-    sparse decode pattern depends only on the batch, so three layers build it once."""
+    sparse decode pattern depends only on the batch, so three layers build it once (for the decode
+    rows of a mixed batch too)."""
     from pagedlib import attention_ref, layers
     model = paged(tiny_hf(n_layer=3), "torch")
     kv = model.make_kv_cache(num_blocks=4, block_size=4)
@@ -244,6 +245,8 @@ def test_backend_is_chosen_once_and_the_decode_pattern_built_once_per_batch(monk
     model(batch_for([(5, [9])], [[2, 0]], 4, is_decode=True), kv)
     model(batch_for([(6, [2])], [[2, 0]], 4, is_decode=True), kv)
     assert chosen == [] and len(built) == 2                    # one per decode batch, not one per layer
+    model(batch_for([(7, [5]), (0, [1, 2, 3])], [[2, 0], [3]], 4), kv)   # a decode row next to a prompt
+    assert len(built) == 3                                     # the decode row's pattern, once too
 
 
 def test_model_meets_the_engine_protocol():
