@@ -47,9 +47,16 @@ def hf_config(kind, layers=2, **fields):
 
 
 def hf_model(config):
+    """A random transformers model; its biases (Qwen2's q/k/v) random too, not the zeros transformers
+    starts them at, so a model that dropped them would be seen."""
     torch.manual_seed(0)
     cls = transformers.LlamaForCausalLM if config.model_type == "llama" else transformers.Qwen2ForCausalLM
-    return cls(config).eval()
+    model = cls(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0, INIT)
+    return model
 
 
 @functools.lru_cache(maxsize=None)
