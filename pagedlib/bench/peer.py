@@ -192,7 +192,8 @@ def hf_generate_alone(hf_model, prompt: list[int], max_new_tokens: int) -> list[
 
 def add_arguments(parser) -> None:
     """The options of this comparison (the model and workload options are the engine bench's)."""
-    parser.add_argument("--models", default=",".join(MODELS), help=f"with --against: any of {MODELS}, comma-separated")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"with --against: any of {MODELS}, comma-separated")
     parser.add_argument("--runs", type=int, default=3, help="with --against: alternating runs of each engine")
     parser.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"),
                         help="with --against: transformers' attention (eager becomes its paged|eager)")
