@@ -16,7 +16,7 @@ from typing import Sequence as Seq
 import torch
 
 from .block_manager import BlockManager
-from .model import PagedBatch
+from .layers import PagedBatch
 from .scheduler import Sequence
 
 __all__ = ["build_batch"]
