@@ -12,8 +12,13 @@ module             idea                                                        c
 ``attention_ref``  attention through a page table in plain PyTorch              5
 ``attention``      the Triton kernels: decode, split-K, prefill, write           7, 8
 ``model``          GPT-2 whose attention reads K/V through the paged cache      9
-``scheduler``      continuous batching with preemption                          9
-``engine``         ``LLM``: a small serving engine                              9
+``scheduler``      continuous batching: token budget, chunks, preemption       10, 11
+``batching``       one step's tokens as one flat batch (the model runner)      10
+``sampling``       ``SamplingParams``, greedy and sampled next tokens          10
+``metrics``        the engine's records: steps and requests (TTFT, TPOT)       10, 11
+``engine``         ``LLM``: a small serving engine                             10
+``baseline``       reserve-max engine, transformers' static batching           10
+``validation``     the one check of count arguments (bool refused)
 ``sim``            the PagedAttention paper's memory results, simulated         10
 ``plots``          the course's figures
 ``widgets``        the course's interactive controls
@@ -46,13 +51,14 @@ _EXPORTS = {
     "paged_attention_ref": "attention_ref", "paged_prefill_ref": "attention_ref",
     "paged_attention": "attention", "paged_prefill": "attention", "write_kv": "attention",
     # engine
-    "GPT2": "model", "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "engine",
+    "GPT2": "model", "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "sampling",
     "ReserveMaxLLM": "baseline",
     # claims
     "claim": "claims",
 }
 _SUBMODULES = {"runtime", "claims", "capacity", "allocators", "block_manager", "attention_ref", "attention",
-               "model", "scheduler", "engine", "sim", "plots", "widgets", "exercises", "bench"}
+               "model", "scheduler", "batching", "sampling", "metrics", "engine", "baseline", "validation",
+               "sim", "plots", "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
+from .validation import positive_int
+
 __all__ = ["Segment", "Step", "ContiguousAllocator", "ReserveMaxAllocator", "FirstFitAllocator",
            "fragmenting_events"]
 
@@ -72,9 +74,7 @@ class ContiguousAllocator:
     kind = "contiguous"
 
     def __init__(self, pool_slots: int):
-        if isinstance(pool_slots, bool) or not isinstance(pool_slots, int) or pool_slots < 1:
-            raise ValueError(f"pool_slots must be a positive integer; got {pool_slots!r}")
-        self.pool_slots = pool_slots
+        self.pool_slots = positive_int("pool_slots", pool_slots)
         self._live: dict[Hashable, Segment] = {}          # request id -> its range
         self._waiting: list[tuple[Hashable, int]] = []    # (request id, length), first come first
         self.refusals = 0
@@ -197,8 +197,7 @@ class ContiguousAllocator:
         if request_id in self._live or any(r == request_id for r, _ in self._waiting):
             raise ValueError(f"arrive({request_id!r}): this request id is already live or waiting; "
                              "use a new id")
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"arrive({request_id!r}): length must be a positive integer; got {length!r}")
+        positive_int(f"arrive({request_id!r}): length", length)
         if self.reservation(length) > self.pool_slots:
             raise ValueError(f"arrive({request_id!r}): needs {self.reservation(length)} slots but the "
                              f"pool has {self.pool_slots}; it could never fit")
@@ -233,9 +232,7 @@ class ReserveMaxAllocator(ContiguousAllocator):
     kind = "reserve-max"
 
     def __init__(self, pool_slots: int, max_len: int):
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive integer; got {max_len!r}")
-        self.max_len = max_len
+        self.max_len = positive_int("max_len", max_len)
         super().__init__(pool_slots)
 
     def reservation(self, length: int) -> int:

@@ -16,27 +16,27 @@ import torch
 
 from .capacity import pages_for
 from .engine import LLM, SamplingParams
+from .metrics import ReservedStepRecord
 from .model import GPT2
 from .scheduler import Scheduler, Sequence
 
 
 class ReserveMaxScheduler(Scheduler):
-    """Admits a sequence only if ``max_len`` slots (whole blocks) can be reserved for it."""
+    """Admits a request only if ``max_len`` slots (whole blocks) can be reserved for each of its ``n``
+    samples. Every seat the running sequences hold (``num_seats``, counted from admission, before
+    any fork) carries one reservation, so the reservations can never exceed the cache."""
 
-    def __init__(self, block_manager, max_num_seqs: int, max_len: int):
-        super().__init__(block_manager, max_num_seqs)
+    def __init__(self, block_manager, max_num_seqs: int, max_len: int, max_num_batched_tokens: int | None = None):
+        super().__init__(block_manager, max_num_seqs, max_num_batched_tokens)
         self.blocks_per_seq = pages_for(max_len, block_manager.block_size)
-        self.reserved_blocks = 0
+
+    @property
+    def reserved_blocks(self) -> int:
+        return self.num_seats * self.blocks_per_seq
 
     def can_admit(self, seq: Sequence) -> bool:
         need = seq.num_samples * self.blocks_per_seq      # n samples reserve n times: nothing is shared
         return self.reserved_blocks + need <= self.block_manager.num_blocks
-
-    def on_admit(self, seq: Sequence) -> None:
-        self.reserved_blocks += self.blocks_per_seq
-
-    def on_release(self, seq: Sequence) -> None:
-        self.reserved_blocks -= self.blocks_per_seq
 
 
 class ReserveMaxLLM(LLM):
@@ -44,16 +44,17 @@ class ReserveMaxLLM(LLM):
     (default: the model's context). Same model, kernels and outputs; fewer requests at once."""
 
     def __init__(self, model: GPT2, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
-                 max_len: int | None = None):
+                 max_len: int | None = None, max_num_batched_tokens: int | None = None):
         self.max_len = max_len or model.config.n_positions
-        super().__init__(model, num_blocks, block_size, max_num_seqs, enable_prefix_caching=False)
+        super().__init__(model, num_blocks, block_size, max_num_seqs, enable_prefix_caching=False,
+                         max_num_batched_tokens=max_num_batched_tokens)
 
     def make_scheduler(self) -> Scheduler:
-        return ReserveMaxScheduler(self.block_manager, self.max_num_seqs, self.max_len)
+        return ReserveMaxScheduler(self.block_manager, self.max_num_seqs, self.max_len,
+                                   self.max_num_batched_tokens)
 
-    def _record(self, *args) -> None:
-        super()._record(*args)
-        self.metrics["history"][-1]["reserved_blocks"] = self.scheduler.reserved_blocks
+    def step_record(self, **fields) -> ReservedStepRecord:
+        return ReservedStepRecord(**fields, reserved_blocks=self.scheduler.reserved_blocks)
 
     def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
         tokens = super().check_request(index, prompt, params)
@@ -61,9 +62,10 @@ class ReserveMaxLLM(LLM):
             raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
                              f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
                              "raise max_len.")
-        if pages_for(self.max_len, self.block_size) > self.num_blocks:
-            raise ValueError(f"one reservation of max_len = {self.max_len} tokens needs more than the whole "
-                             f"cache ({self.num_blocks} blocks of {self.block_size}); raise num_blocks.")
+        if params.n * pages_for(self.max_len, self.block_size) > self.num_blocks:
+            raise ValueError(f"prompts[{index}]: n = {params.n} reservations of max_len = {self.max_len} tokens "
+                             f"need more than the whole cache ({self.num_blocks} blocks of {self.block_size}), "
+                             "so it could never be admitted; raise num_blocks or lower n or max_len.")
         return tokens
 
 

@@ -23,6 +23,19 @@ keeps its K/V and its hash until the pool needs it back: free blocks with no cac
 handed out first, then cached ones, least recently used first (a sequence's tail before its prefix),
 so a later request with the same prefix still hits.
 
+When a block enters the cache. Only a *committed* block can be hit. :meth:`commit` registers the
+full blocks among a sequence's first ``num_tokens`` tokens, once the caller guarantees that their K/V
+exists before any other sequence's attention reads them; :meth:`allocate` commits the whole prompt
+unless told not to (``commit=False``), and :meth:`append` only hands out a slot. ``pagedlib``'s
+scheduler allocates without committing and commits, as vLLM v1 does, *at scheduling time*: each
+scheduled sequence commits the blocks that its tokens of this step complete. That is safe because
+the engine runs the whole step as one forward pass in which every layer writes all scheduled tokens'
+K/V before its attention reads, so a request admitted in the same step (a chat's next turn, whose
+prompt holds the previous answer) reads a block written earlier in that very layer. An engine that
+ran a prefill pass before a decode pass would lose that guarantee and would have to commit after the
+pass that writes the block instead. A prompt prefilled in chunks over several steps commits only the
+blocks its computed chunks cover.
+
 Every operation is O(1) per block: free blocks sit in a deque and an insertion-ordered dict
 (an LRU list with O(1) removal), never scanned.
 
@@ -43,6 +56,8 @@ import operator
 from array import array
 from collections import OrderedDict, deque
 from typing import Hashable, Sequence
+
+from .validation import positive_int
 
 __all__ = ["BlockManager", "OutOfBlocks"]
 
@@ -77,13 +92,15 @@ def block_hash(parent_hash: bytes, token_ids: Sequence[int]) -> bytes:
 
 
 class _Seq:
-    """A live sequence: its block table, its token ids and the hash of its last full block."""
-    __slots__ = ("table", "tokens", "last_hash")
+    """A live sequence: its block table, its token ids, the names of its full blocks known so far
+    (prefix caching only) and how many of its leading blocks are committed to the prefix cache."""
+    __slots__ = ("table", "tokens", "hashes", "num_committed")
 
-    def __init__(self, table: list[int], tokens: list[int], last_hash: bytes):
+    def __init__(self, table: list[int], tokens: list[int], hashes: list[bytes], num_committed: int):
         self.table = table
         self.tokens = tokens
-        self.last_hash = last_hash
+        self.hashes = hashes
+        self.num_committed = num_committed
 
 
 class BlockManager:
@@ -96,11 +113,8 @@ class BlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False):
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
+        self.num_blocks = positive_int("num_blocks", num_blocks)
+        self.block_size = positive_int("block_size", block_size)
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self._ref = [0] * num_blocks
         self._fresh: deque[int] = deque(range(num_blocks))         # free, holding nothing worth keeping
@@ -115,14 +129,15 @@ class BlockManager:
         self.num_evictions = 0   # cached blocks whose content was dropped for reuse
 
     # ---- the contract ------------------------------------------------------------------------
-    def allocate(self, seq_id: Hashable, token_ids: Sequence[int]) -> int:
+    def allocate(self, seq_id: Hashable, token_ids: Sequence[int], commit: bool = True) -> int:
         """Give a new sequence the blocks for its prompt; return how many leading tokens are cached.
 
         The return value is a multiple of ``block_size`` and at most ``len(token_ids) - 1`` (always 0
         without prefix caching): the caller computes and writes the K/V of ``token_ids[n_cached:]``
-        at their slots. Full prompt blocks are entered in the prefix cache now, so the caller must
-        write their K/V before another sequence's attention reads them (a model that writes each
-        layer's K/V before that layer's attention does, even within one batch).
+        at their slots. ``commit=True`` enters the prompt's full blocks in the prefix cache at once (the
+        caller will write their K/V before any other sequence's attention reads them, as when the
+        whole prompt runs in one forward pass); a scheduler that prefills in chunks passes
+        ``commit=False`` and calls :meth:`commit` as each chunk is scheduled.
         """
         if seq_id in self._seqs:
             raise ValueError(f"allocate({seq_id!r}): this sequence already has blocks; free it first "
@@ -141,14 +156,13 @@ class BlockManager:
         for b in hits:
             self._claim(b)
         table = hits + self._take(n_blocks - len(hits))
-        bs = self.block_size
-        for i in range(len(hits), len(hashes)):
-            self._register(table[i], hashes[i], tokens[i * bs:(i + 1) * bs])
-        self._seqs[seq_id] = _Seq(table, tokens, hashes[-1] if hashes else _ROOT)
+        self._seqs[seq_id] = _Seq(table, tokens, hashes, num_committed=len(hits))
         if self.enable_prefix_caching:
             self.query_tokens += len(tokens)
-            self.hit_tokens += len(hits) * bs
-        return len(hits) * bs
+            self.hit_tokens += len(hits) * self.block_size
+        if commit:
+            self.commit(seq_id, len(tokens))
+        return len(hits) * self.block_size
 
     def append(self, seq_id: Hashable, token_id: int) -> list[tuple[int, int]]:
         """Make room for one more token of a sequence; return the block copies to make first.
@@ -158,13 +172,11 @@ class BlockManager:
         returned: copy block ``src``'s K/V to ``dst`` before writing the new token. Usually ``[]``.
         """
         seq = self._seq(seq_id, "append")
-        bs = self.block_size
+        if self.enable_prefix_caching:             # it will be hashed when its block is committed
+            block_hash(_ROOT, [token_id])
         pos = len(seq.tokens)                      # the new token's position
-        new_hash = None
-        if self.enable_prefix_caching and (pos + 1) % bs == 0:  # this token fills its block
-            new_hash = block_hash(seq.last_hash, seq.tokens[pos + 1 - bs:] + [token_id])
         copies: list[tuple[int, int]] = []
-        if pos % bs == 0:                          # last block full (or none): grow by one block
+        if pos % self.block_size == 0:             # last block full (or none): grow by one block
             seq.table.append(self._take_one(seq_id, "append"))
         elif self._ref[seq.table[-1]] > 1:         # shared, partly filled: copy on write
             src = seq.table[-1]
@@ -174,10 +186,29 @@ class BlockManager:
             copies.append((src, dst))
             self.num_copies += 1
         seq.tokens.append(token_id)
-        if new_hash is not None:
-            self._register(seq.table[-1], new_hash, seq.tokens[pos + 1 - bs:])
-            seq.last_hash = new_hash
         return copies
+
+    def commit(self, seq_id: Hashable, num_tokens: int) -> None:
+        """Enter the full blocks among the sequence's first ``num_tokens`` tokens in the prefix cache
+        (a no-op without prefix caching, and for blocks committed before); from then on another
+        prompt can hit them.
+
+        Call it once their K/V is written, or (the scheduler's way) when they are scheduled into a
+        single forward pass that writes every layer's K/V before that layer's attention reads.
+        """
+        seq = self._seq(seq_id, "commit")
+        if not 0 <= num_tokens <= len(seq.tokens):
+            raise ValueError(f"commit({seq_id!r}, {num_tokens}): num_tokens must be in "
+                             f"[0, {len(seq.tokens)}], the tokens the sequence holds slots for")
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        for i in range(seq.num_committed, num_tokens // bs):
+            block_tokens = seq.tokens[i * bs:(i + 1) * bs]
+            if i == len(seq.hashes):               # a block filled after allocate: name it now
+                seq.hashes.append(block_hash(seq.hashes[-1] if seq.hashes else _ROOT, block_tokens))
+            self._register(seq.table[i], seq.hashes[i], block_tokens)
+            seq.num_committed = i + 1
 
     def fork(self, parent_id: Hashable, child_id: Hashable) -> None:
         """Start ``child_id`` as a copy of ``parent_id`` that shares all its blocks (no K/V is copied)."""
@@ -187,7 +218,8 @@ class BlockManager:
                              "fork onto a new id")
         for b in parent.table:
             self._ref[b] += 1
-        self._seqs[child_id] = _Seq(list(parent.table), list(parent.tokens), parent.last_hash)
+        self._seqs[child_id] = _Seq(list(parent.table), list(parent.tokens), list(parent.hashes),
+                                    parent.num_committed)
 
     def free(self, seq_id: Hashable) -> None:
         """Drop a sequence; its blocks no other sequence holds become free (cached ones stay findable)."""

@@ -204,6 +204,10 @@ def test_blocks_filled_by_append_enter_the_cache():
     bm.allocate("a", [1])
     for t in (2, 3, 4):
         bm.append("a", t)
+    assert bm.num_cached_blocks == 0           # slots only: their K/V is not written yet
+    bm.commit("a", 3)
+    assert bm.num_cached_blocks == 1
+    bm.commit("a", 4)
     assert bm.num_cached_blocks == 2
     assert bm.allocate("b", [1, 2, 3, 4, 5]) == 4
     assert bm.block_table("b")[:2] == bm.block_table("a")
@@ -296,6 +300,7 @@ class ShadowKV(RuleBasedStateMachine):
             self.kv[dst * self.bs:(dst + 1) * self.bs] = self.kv[src * self.bs:(src + 1) * self.bs]
         self.seqs[sid].append(token)
         self.write(sid, len(self.seqs[sid]) - 1)
+        self.bm.commit(sid, len(self.seqs[sid]))   # written: a block it completes may now be hit
 
     @rule(data=st.data())
     def fork(self, data):
@@ -394,3 +399,45 @@ def test_memory_benchmark_runs_and_prints_the_reproduce_command(capsys):
     out = capsys.readouterr().out
     assert "blocks/s" in out and "us/block" in out and "tokens/s" in out
     assert "reproduce: python -m pagedlib.bench memory --pools 256,4096" in out
+
+
+# ---- commit: only blocks whose K/V exists can be hit ---------------------------------------------
+def test_blocks_are_hit_only_once_committed():
+    bm = BlockManager(16, 4, enable_prefix_caching=True)
+    bm.allocate("a", range(9), commit=False)   # slots only: a chunked prefill commits as it goes
+    assert bm.allocate("b", range(9), commit=False) == 0 and bm.num_cached_blocks == 0
+    bm.commit("a", 5)                          # a chunk of 5 tokens computed: block 0 is full
+    assert bm.num_cached_blocks == 1 and bm.allocate("c", range(9), commit=False) == 4
+    bm.commit("a", 5)                          # committing again changes nothing
+    bm.commit("a", 9)
+    assert bm.num_cached_blocks == 2 and bm.allocate("d", range(9)) == 8
+
+
+def test_commit_checks_its_range_and_is_a_no_op_without_caching():
+    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3], commit=False)
+    with pytest.raises(ValueError, match=r"num_tokens must be in \[0, 3\]"):
+        bm.commit("a", 4)
+    with pytest.raises(KeyError, match="commit"):
+        bm.commit("zz", 1)
+    plain = BlockManager(8, 2)
+    plain.allocate("a", [1, 2, 3])
+    plain.commit("a", 3)
+    assert plain.num_cached_blocks == 0
+
+
+def test_a_fork_inherits_what_its_parent_committed():
+    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm.allocate("p", [1, 2, 3])                # commits its full block 0
+    bm.fork("p", "c")
+    bm.append("c", 4)                          # copy-on-write of block 1, then it fills
+    bm.commit("c", 4)
+    assert bm.num_cached_blocks == 2
+    assert bm.allocate("x", [1, 2, 3, 4, 5]) == 4 and bm.block_table("x")[:2] == bm.block_table("c")
+
+
+@pytest.mark.parametrize("name, value", [("num_blocks", True), ("block_size", 0), ("num_blocks", 2.0)])
+def test_sizes_must_be_positive_integers(name, value):
+    kwargs = {"num_blocks": 4, "block_size": 4, name: value}
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer; got {value!r}"):
+        BlockManager(**kwargs)

@@ -246,7 +246,7 @@ def test_bad_input_is_refused_before_any_work(prompts, kwargs, match):
 
 def test_engine_arguments_are_checked():
     model = GPT2.from_hf(tiny_hf())
-    with pytest.raises(ValueError, match="num_blocks must be an integer >= 1"):
+    with pytest.raises(ValueError, match="num_blocks must be a positive integer"):
         LLM(model, 0)
     with pytest.raises(ValueError, match="block_size"):
         LLM(model, 8, block_size=0)
@@ -309,6 +309,7 @@ def test_bench_engine_quick_prints_the_table_and_the_command(capsys):
     out = capsys.readouterr().out
     assert "capacity, paged vs reserve-max" in out and "paged (LLM)" in out and "reserve-max" in out
     assert "outputs identical, paged vs reserve-max: 12/12" in out
+    assert "TTFT p50/p90/p99" in out and "TPOT p50/p90/p99" in out and "token budget per step: none" in out
     assert "reproduce: python -m pagedlib.bench engine --quick --no-hf" in out
 
 

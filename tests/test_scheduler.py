@@ -1,6 +1,8 @@
-"""pagedlib.scheduler: continuous batching, on-demand admission, preemption of the newest, FCFS.
+"""pagedlib.scheduler: continuous batching, on-demand admission, preemption of the newest, FCFS,
+the token budget (decodes first, then prefill chunks), seats counted from admission.
 
-The scheduler is driven here without a model: a test "samples" a token for every scheduled sequence.
+The scheduler is driven here without a model: a test "samples" a token for every scheduled sequence
+whose prompt is fully computed.
 """
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -15,10 +17,12 @@ def seqs(*prompt_lens, first_id=0):
 
 
 def run_step(sched, token=7):
-    """Schedule and pretend the model produced ``token`` for every scheduled sequence."""
+    """Schedule and pretend the model produced ``token`` for every scheduled sequence that samples
+    (a decode, or the chunk that completes a prompt)."""
     step = sched.schedule()
     for seq in step.prefills + step.decodes:
-        seq.output.append(token)
+        if not seq.prefilling:
+            seq.output.append(token)
     return step
 
 
@@ -127,15 +131,83 @@ def test_max_num_seqs_must_be_positive():
         Scheduler(BlockManager(4, 4), max_num_seqs=0)
 
 
+def test_the_budget_takes_decodes_first_then_running_chunks_then_waiting():
+    bm = BlockManager(num_blocks=32, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=5)
+    a, b, c = seqs(3, 9, 4)
+    sched.add(a)
+    step = run_step(sched)                # a's whole prompt (3) fits; 2 tokens left, nobody waits
+    assert step.prefill_chunks == [3] and a.num_computed_tokens == 3 and a.output == [7]
+    sched.add(b)
+    sched.add(c)
+    step = run_step(sched)                # a decodes (1), b gets a chunk of 4, c must wait
+    assert step.decodes == [a] and step.prefills == [b] and step.prefill_chunks == [4]
+    assert b.prefilling and b.output == [] and list(sched.waiting) == [c]
+    step = run_step(sched)                # a (1), then b's next 4 before c, who is still waiting
+    assert step.decodes == [a] and step.prefills == [b] and step.prefill_chunks == [4]
+    step = run_step(sched)                # a (1), b's last token (1): b samples; c's first 3
+    assert step.decodes == [a] and step.prefills == [b, c] and step.prefill_chunks == [1, 3]
+    assert b.output == [7] and not b.prefilling and c.prefilling
+    assert step.num_tokens == 5 and all(run_step(sched).num_tokens <= 5 for _ in range(3))
+
+
+def test_a_budget_smaller_than_the_decodes_serves_the_oldest_first():
+    sched = Scheduler(BlockManager(num_blocks=32, block_size=4), max_num_seqs=8, max_num_batched_tokens=2)
+    a, b, c = seqs(1, 1, 1)
+    for s in (a, b, c):
+        sched.add(s)
+    assert run_step(sched).prefills == [a, b]
+    step = run_step(sched)                # a and b decode; c waits for the budget
+    assert step.decodes == [a, b] and step.prefills == [] and list(sched.waiting) == [c]
+
+
+def test_a_decode_preempts_the_newest_even_mid_prefill():
+    bm = BlockManager(num_blocks=5, block_size=2)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=3)
+    a, b = seqs(2, 5)
+    sched.add(a)
+    run_step(sched)                       # a: 2 tokens (block 0), sampled one
+    sched.add(b)
+    step = run_step(sched)                # a decodes into a new block; b admitted (3 blocks), chunk of 2
+    assert step.prefills == [b] and step.prefill_chunks == [2] and bm.num_free_blocks == 0
+    run_step(sched)                       # a fits its block; b's next chunk
+    step = run_step(sched)                # a needs a block: b (newest, still prefilling) is preempted
+    assert step.preempted == [b] and b.num_computed_tokens == 0 and b.num_preemptions == 1
+    assert list(sched.waiting) == [b] and step.decodes == [a]
+
+
+def test_seats_are_counted_from_admission_and_forks_take_them():
+    sched = Scheduler(BlockManager(num_blocks=32, block_size=4), max_num_seqs=4)
+    a, b = seqs(6, 5)
+    a.num_samples = b.num_samples = 3
+    sched.add(a)
+    sched.add(b)
+    run_step(sched)                       # a holds 3 seats before it forks: b (3 more) must wait
+    assert sched.running == [a] and sched.num_seats == 3 and list(sched.waiting) == [b]
+    for k in (1, 2):
+        sched.fork(a, Sequence(seq_id=100 + k, request_id=0, prompt=a.prompt, params=None, output=[7]))
+    assert len(sched.running) == 3 and sched.num_seats == 3 and a.num_samples == 1
+    with pytest.raises(ValueError, match="holds no seat for another sample"):
+        sched.fork(a, Sequence(seq_id=103, request_id=0, prompt=a.prompt, params=None))
+    run_step(sched)
+    assert list(sched.waiting) == [b]     # still only 1 seat free
+
+
+@pytest.mark.parametrize("value", [0, True, 2.5])
+def test_the_budget_must_be_a_positive_integer(value):
+    with pytest.raises(ValueError, match="max_num_batched_tokens must be a positive integer"):
+        Scheduler(BlockManager(4, 4), max_num_seqs=2, max_num_batched_tokens=value)
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(num_blocks=st.integers(3, 10), block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(1, 6),
        requests=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 10)), min_size=1, max_size=8),
-       prefix=st.booleans())
-def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num_seqs, requests, prefix):
+       prefix=st.booleans(), budget=st.sampled_from([None, None, 1, 2, 3, 5]))
+def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num_seqs, requests, prefix, budget):
     """Random requests (prompt length, tokens to generate): every step keeps the invariants, and every
-    request finishes with exactly its tokens, however often it is preempted."""
+    request finishes with exactly its tokens, however often it is preempted or chunked."""
     bm = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix)
-    sched = Scheduler(bm, max_num_seqs)
+    sched = Scheduler(bm, max_num_seqs, max_num_batched_tokens=budget)
     todo = []
     for i, (plen, out) in enumerate(requests):
         if -(-(plen + out) // block_size) <= num_blocks:   # the engine refuses requests that can never fit
@@ -143,7 +215,7 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
             seq.want = out
             todo.append(seq)
             sched.add(seq)
-    for _ in range(2000):
+    for _ in range(3000):
         if not sched.has_unfinished():
             break
         order = list(sched.running)
@@ -152,12 +224,18 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
         assert [s for s in order if s not in step.preempted] == sched.running[:len(order) - len(step.preempted)]
         assert len(sched.running) <= max_num_seqs
         assert not set(map(id, sched.running)) & set(map(id, sched.waiting))
-        assert set(step.prefills) | set(step.decodes) == set(sched.running)
-        for seq in sched.running:         # the block manager holds exactly the sequence's tokens
-            assert bm.token_ids(seq.seq_id) == seq.tokens
-            assert seq.status is Status.RUNNING
+        assert set(step.seqs) <= set(sched.running) and len(set(step.seqs)) == len(step.seqs)
+        assert step.num_tokens <= (budget or float("inf")) and step.num_tokens > 0
+        if budget is None:
+            assert set(step.seqs) == set(sched.running) and not any(s.prefilling for s in step.seqs)
+        for seq in sched.running:         # the block manager holds slots for every token to compute
+            held = bm.token_ids(seq.seq_id)
+            assert held == seq.tokens or (seq not in step.seqs and held == seq.tokens[:-1])
+            assert seq.status is Status.RUNNING and seq.num_computed_tokens <= len(held)
         assert len({b for s in sched.running for b in bm.block_table(s.seq_id)}) == bm.num_used_blocks
-        for seq in list(sched.running):
+        for seq in step.seqs:
+            if seq.prefilling:
+                continue
             seq.output.append(len(seq) % 5)       # deterministic "sampled" token
             if len(seq.output) == seq.want:
                 sched.finish(seq)
@@ -166,4 +244,3 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
         assert seq.status is Status.FINISHED and len(seq.output) == seq.want
         assert seq.output == [(len(seq.prompt) + i) % 5 for i in range(seq.want)]
     assert bm.num_used_blocks == 0
-

@@ -9,7 +9,10 @@ generates exactly its output length (greedy). The same random-initialised GPT-2 
 3. ``transformers``' ``generate`` in static, left-padded batches of ``--hf-batch-size``.
 
 Capacity is the number of requests running at once while others wait (the cache is the limit then);
-speed is generated tokens per second, each request counting only its own output tokens. On a CPU the
+speed is generated tokens per second, each request counting only its own output tokens; latency is
+each request's time to first token (TTFT, from the start of the run: every request arrives at once)
+and time per output token after it (TPOT), as p50/p90/p99 over the requests (milliseconds).
+``--max-num-batched-tokens`` sets the engines' token budget per step (chunked prefill). On a CPU the
 engine's attention uses the PyTorch reference backend by default (``--backend torch``): Triton
 interpreter timings mean nothing.
 """
@@ -37,6 +40,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-len", type=int, default=2048, help="context; what reserve-max reserves per request")
     p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="token budget per engine step (default: none, whole prompts)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--embd", type=int, default=128)
@@ -85,13 +90,24 @@ def concurrency(metrics: dict) -> tuple[float, int]:
     return float(np.mean(busy)), metrics["peak_running"]
 
 
+PERCENTILES = (50, 90, 99)
+
+
+def latency_ms(metrics, key: str) -> list[float]:
+    """p50, p90, p99 of the requests' ``key`` (``ttft_s`` or ``tpot_s``), in milliseconds."""
+    values = [r[key] for r in metrics["requests"]]
+    return [1e3 * float(v) for v in np.percentile(values, PERCENTILES)]
+
+
 def run_engine(llm: LLM, prompts, outputs) -> tuple[list, dict]:
+    """Outputs, and the engine's metrics with the wall-clock time and speed of the whole run."""
     params = [SamplingParams(max_new_tokens=n) for n in outputs]
     start = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - start
-    m = dict(llm.metrics, wall_s=wall, wall_tokens_per_s=llm.metrics["tokens_generated"] / wall)
-    return outs, m
+    m = llm.metrics
+    return outs, {"metrics": m, "wall_s": wall, "wall_tokens_per_s": m["tokens_generated"] / wall,
+                  "ttft_ms": latency_ms(m, "ttft_s"), "tpot_ms": latency_ms(m, "tpot_s")}
 
 
 def main(argv: list[str]) -> int:
@@ -117,21 +133,26 @@ def main(argv: list[str]) -> int:
     if args.quick:
         print("quick run: a smoke test, its numbers mean little")
     LLM(model, 8, args.block_size).generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)   # warm-up
-    paged = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs)
+    paged = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens)
     paged_outs, pm = run_engine(paged, prompts, outputs)
     reserve = ReserveMaxLLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
-                            max_len=args.max_len)
+                            max_len=args.max_len, max_num_batched_tokens=args.max_num_batched_tokens)
     reserve_outs, rm = run_engine(reserve, prompts, outputs)
-    rows = [("paged (LLM)", pm, *concurrency(pm)), ("reserve-max", rm, *concurrency(rm))]
+    rows = [("paged (LLM)", pm, *concurrency(pm["metrics"])), ("reserve-max", rm, *concurrency(rm["metrics"]))]
     if not args.no_hf:
         hf_outs, hm = hf_static_generate(hf, prompts, outputs, args.hf_batch_size)
         hm["wall_s"], hm["wall_tokens_per_s"] = hm["elapsed_s"], hm["tokens_per_s"]
 
     print()
-    print(f"{'engine':<26}{'running (busy)':>15}{'peak':>6}{'preempt':>9}{'steps':>8}{'seconds':>9}{'tokens/s':>10}")
+    budget = args.max_num_batched_tokens or "none (whole prompts)"
+    print(f"token budget per step: {budget}; TTFT and TPOT in ms, p50/p90/p99 over the requests")
+    print(f"{'engine':<26}{'running (busy)':>15}{'peak':>6}{'preempt':>9}{'steps':>8}{'seconds':>9}{'tokens/s':>10}"
+          f"{'TTFT p50/p90/p99':>22}{'TPOT p50/p90/p99':>20}")
     for name, m, mean_run, peak in rows:
-        print(f"{name:<26}{mean_run:>15.1f}{peak:>6}{m['preemptions']:>9}{m['steps']:>8}"
-              f"{m['wall_s']:>9.1f}{m['wall_tokens_per_s']:>10.0f}")
+        ttft, tpot = "/".join(f"{v:.0f}" for v in m["ttft_ms"]), "/".join(f"{v:.1f}" for v in m["tpot_ms"])
+        print(f"{name:<26}{mean_run:>15.1f}{peak:>6}{m['metrics']['preemptions']:>9}{m['metrics']['steps']:>8}"
+              f"{m['wall_s']:>9.1f}{m['wall_tokens_per_s']:>10.0f}{ttft:>22}{tpot:>20}")
     if not args.no_hf:
         print(f"{'transformers static b=' + str(args.hf_batch_size):<26}{args.hf_batch_size:>15}{'':>6}{'':>9}"
               f"{'':>8}{hm['wall_s']:>9.1f}{hm['wall_tokens_per_s']:>10.0f}")
@@ -146,7 +167,7 @@ def main(argv: list[str]) -> int:
     print(f"outputs identical, paged vs reserve-max: {sum(a == b for a, b in zip(paged_outs, reserve_outs))}/{len(prompts)}")
     if args.plot:
         from ..plots.engine import compare_timelines
-        compare_timelines({"paged (LLM)": pm, "reserve-max": rm}).savefig(args.plot, dpi=120, bbox_inches="tight")
+        compare_timelines({"paged (LLM)": pm["metrics"], "reserve-max": rm["metrics"]}).savefig(args.plot, dpi=120, bbox_inches="tight")
         print(f"plot: {args.plot}")
     print(f"\nreproduce: {command}")
     return 0

@@ -11,6 +11,22 @@ Each step (one engine iteration):
    to the head of the queue and is recomputed later;
 4. the meter records the pool and the batch size; finished requests give their memory back;
 5. the clock advances by the step's duration (only the arrivals depend on it).
+
+Which rule of the engine's scheduler (:mod:`pagedlib.scheduler`) each part mirrors, and where it
+differs on purpose (the simulator reproduces the paper's experiments, the engine follows vLLM v1):
+
+- first come, first served, no overtaking (step 2): the same rule as ``Scheduler._admit_waiting``;
+- on-demand pages and preemption of the newest running request by recompute, back to the head of
+  the queue (step 3, :meth:`StepLoop.generate`): the same as ``Scheduler._schedule_decodes``;
+- the order: by default the loop admits *before* growing the running requests (so a request admitted
+  in a step can be preempted in that step) and the paged pool keeps a ``watermark`` of pages free at
+  admission; the engine grows first, admits nobody in a step that preempted, has no watermark, and
+  also caps seats (``max_num_seqs``) and tokens per step (``max_num_batched_tokens``), which the
+  simulator leaves out. ``StepLoop(..., grow_first=True)`` with ``watermark=0`` runs the engine's order:
+  ``tests/test_sim_mirrors_scheduler.py`` checks that it then admits and preempts as the scheduler does;
+- a request's K/V: here ``stored`` counts the token generated in a step as stored in that step; the
+  engine writes it in the next step, so a simulated prompt of ``p`` tokens holds what an engine
+  prompt of ``p + 1`` holds.
 """
 from __future__ import annotations
 
@@ -26,11 +42,13 @@ from .timing import StepTime
 class StepLoop:
     """One simulation: the queue, the running batch, the pool and the meter, advanced step by step."""
 
-    def __init__(self, requests: list[SimRequest], arrivals: np.ndarray, pool, step_time: StepTime):
+    def __init__(self, requests: list[SimRequest], arrivals: np.ndarray, pool, step_time: StepTime,
+                 grow_first: bool = False):
         for r in requests:
             pool.check(r)
         self.requests, self.arrivals, self.pool = requests, arrivals, pool
         self.step_time = step_time
+        self.grow_first = grow_first                       # the engine's order (see the module docstring)
         order = np.argsort(arrivals, kind="stable")
         self.pending = deque(requests[i] for i in order)   # not arrived yet, by arrival time
         self.waiting: deque[SimRequest] = deque()          # arrived, not running; head first
@@ -53,11 +71,17 @@ class StepLoop:
             return
         # the averages stop once every request has arrived and been admitted (the drain is left out)
         self.measuring = self.measuring and bool(self.pending or self.waiting)
-        prefill = self.admit()
+        if self.grow_first:                                # the engine: grow, then admit if none was preempted
+            preempted = self.preemptions
+            self.generate()
+            prefill = self.admit(generate=True) if self.preemptions == preempted else 0
+        else:
+            prefill = self.admit()
         if not self.running:
             raise RuntimeError(f"request {self.waiting[0].rid} does not fit in an empty pool: the "
                                "pool's check() should have rejected it")
-        self.generate()
+        if not self.grow_first:
+            self.generate()
         if self.measuring:
             self.meter.record(self.tokens, self.pool, len(self.running))
         finished = self.finish()
@@ -66,15 +90,20 @@ class StepLoop:
             r.finish_s = self.clock                         # its last token is out when the step ends
         self.steps += 1
 
-    def admit(self) -> int:
+    def admit(self, generate: bool = False) -> int:
         """Admit requests from the head of the queue while the pool takes them; return the number
-        of prompt tokens to prefill (a preempted request recomputes its generated tokens too)."""
+        of prompt tokens to prefill (a preempted request recomputes its generated tokens too).
+        ``generate``: each admitted request also generates its first token now (the engine's order;
+        the pool gave it a slot for that token)."""
         prefill = 0
         while self.waiting and self.pool.admit(self.waiting[0]):
             r = self.waiting.popleft()
             self.running.append(r)
             self.tokens += r.stored
             prefill += r.stored
+            if generate:
+                r.generated += 1
+                self.tokens += 1
         return prefill
 
     def generate(self) -> None:

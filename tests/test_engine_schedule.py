@@ -1,0 +1,373 @@
+"""pagedlib.engine under every arrival order: the one-pass step, the token budget, chunked prefill,
+prefix caching that never reads unwritten K/V, n > 1 seats and reservations, a failing step.
+
+The model is a random GPT-2 with large weights (``initializer_range=0.3``), so that every cached K/V
+row moves the next token (:func:`test_a_corrupted_cache_row_changes_the_output` checks that), and the
+reference for every request is ``transformers``' greedy ``generate`` on that request alone.
+"""
+import functools
+
+import pytest
+import torch
+import transformers
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pagedlib import DEVICE, GPT2, LLM, SamplingParams
+from pagedlib.baseline import ReserveMaxLLM
+
+transformers.logging.set_verbosity_error()
+
+VOCAB = 100
+
+
+@functools.lru_cache(maxsize=None)
+def hf_model(n_layer: int = 2):
+    """A random GPT2LMHeadModel, 2 layers, n_embd 64, 4 heads, vocabulary 100, large weights."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=n_layer, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=96,
+                                     attn_implementation="eager", initializer_range=0.3)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@functools.lru_cache(maxsize=None)
+def reference(prompt: tuple, max_new_tokens: int, n_layer: int = 2) -> list[int]:
+    """transformers' greedy generate for one request alone."""
+    ids = torch.tensor([prompt])                                   # [1, prompt_len]
+    with torch.no_grad():
+        out = hf_model(n_layer).generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                         max_new_tokens=max_new_tokens, pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+@functools.lru_cache(maxsize=None)
+def paged_model(backend: str = "torch", n_layer: int = 2) -> GPT2:
+    return GPT2.from_hf(hf_model(n_layer), backend=backend, dtype=torch.float32, device=DEVICE)
+
+
+def tokens(n: int, seed: int) -> list[int]:
+    return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def run_with_arrivals(llm: LLM, arrivals: list[tuple[int, list[int], SamplingParams]], check=None) -> list:
+    """Add each (step, prompt, params) before that step; run to the end; the results in that order.
+    ``check(llm, plan_seqs)`` runs after every step."""
+    ids, step, pending = {}, 0, sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
+    while pending or llm.scheduler.has_unfinished():
+        assert step < 2000, "the engine made no progress in 2000 steps"
+        while pending and arrivals[pending[0]][0] <= step:
+            i = pending.pop(0)
+            ids[i] = llm.add_request(arrivals[i][1], arrivals[i][2])
+        llm.step()
+        step += 1
+        if check:
+            check(llm)
+    return [llm.pop_result(ids[i]) for i in range(len(arrivals))]
+
+
+# ---- the three bugs ---------------------------------------------------------------------------------
+def test_a_prefix_hit_never_reads_kv_that_is_not_written_yet():
+    """Bug 1 (a chat's next turn): B's prompt is A's prompt + A's first 4 outputs + 1 token. B arrives
+    in the step whose decode token fills A's third block; its prefix hit must not read that block's
+    last slot before A's K/V is in it."""
+    a_prompt = tokens(8, seed=1)
+    a_out = reference(tuple(a_prompt), 8)
+    b_prompt = a_prompt + a_out[:4] + [7]
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True)
+    a = llm.add_request(a_prompt, SamplingParams(max_new_tokens=8))
+    for _ in range(4):
+        llm.step()
+    b = llm.add_request(b_prompt, SamplingParams(max_new_tokens=8))
+    while llm.scheduler.has_unfinished():
+        llm.step()
+    assert llm.pop_result(a) == a_out
+    assert llm.pop_result(b) == reference(tuple(b_prompt), 8)
+    assert llm.metrics["prefix_hit_tokens"] > 0                   # B did hit A's blocks
+
+
+def test_max_num_seqs_counts_every_sample_from_admission():
+    """Bug 2: two requests of n = 3 with max_num_seqs = 4: never more than 4 sequences (or seats)."""
+    llm = LLM(paged_model(), num_blocks=64, block_size=4, max_num_seqs=4)
+    params = SamplingParams(max_new_tokens=5, temperature=1.0, seed=3, n=3)
+    seen = []
+
+    def check(llm):
+        seen.append(len(llm.scheduler.running))
+        assert len(llm.scheduler.running) <= 4
+        assert sum(s.num_samples for s in llm.scheduler.running) <= 4
+
+    outs = run_with_arrivals(llm, [(0, tokens(6, 1), params), (0, tokens(5, 2), params)], check)
+    assert max(seen) == 3 and [len(o) for o in outs] == [3, 3]
+
+
+def test_reserve_max_reserves_for_every_sample_from_admission():
+    """Bug 3: reserve-max with two n = 3 requests must never reserve more than the cache (16 blocks)."""
+    llm = ReserveMaxLLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=8, max_len=16)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=3, n=3)
+    reserved = []
+
+    def check(llm):
+        reserved.append(llm.scheduler.reserved_blocks)
+        assert llm.scheduler.reserved_blocks <= 16
+        assert llm.block_manager.num_used_blocks <= llm.scheduler.reserved_blocks
+
+    run_with_arrivals(llm, [(0, tokens(6, 1), params), (0, tokens(5, 2), params)], check)
+    assert max(reserved) == 12 and reserved[-1] == 0 and llm.metrics["preemptions"] == 0
+    assert all(h["reserved_blocks"] <= 16 for h in llm.metrics["history"])
+
+
+# ---- the equivalence tests can fail ------------------------------------------------------------------
+@pytest.mark.parametrize("position", range(8))
+def test_a_corrupted_cache_row_changes_the_output(position):
+    """Overwrite the cached K and V of one prompt token after the prefill: the output must change, so
+    the token-for-token tests below would see a stale or misplaced K/V row."""
+    prompt = tokens(8, seed=1)
+    llm = LLM(paged_model(), num_blocks=16, block_size=4)
+    request = llm.add_request(prompt, SamplingParams(max_new_tokens=8))
+    llm.step()                                                     # prefill: the prompt's K/V is cached
+    block, offset = llm.block_manager.block_table(0)[position // 4], position % 4
+    g = torch.Generator().manual_seed(position)
+    for cache in llm.kv_cache.layers[0]:                           # layer 0's K and V
+        cache[block, offset] = 3 * torch.randn(cache.shape[2:], generator=g)   # [n_head, head_dim]
+    while llm.scheduler.has_unfinished():
+        llm.step()
+    assert llm.pop_result(request) != reference(tuple(prompt), 8)
+
+
+# ---- arrivals between steps, token budgets, preemption ------------------------------------------------
+def checked_every_step(budget, max_num_seqs):
+    """A per-step check of the engine's invariants (seats, blocks, the token budget)."""
+    def check(llm):
+        sched, bm, last = llm.scheduler, llm.block_manager, llm.metrics["history"][-1]
+        assert len(sched.running) <= max_num_seqs and sched.num_seats <= max_num_seqs
+        assert sched.num_seats == sum(s.num_samples for s in sched.running)
+        assert bm.num_used_blocks <= bm.num_blocks
+        assert last["prefill_tokens"] + last["decode_tokens"] <= (budget or float("inf"))
+        assert all(0 <= s.num_computed_tokens <= len(s) for s in sched.running)
+    return check
+
+
+@pytest.mark.parametrize("budget", [None, 3])
+@pytest.mark.parametrize("delay", range(11))
+def test_chat_turns_arriving_at_every_delay_match_transformers(delay, budget):
+    """The chat pattern: B = A's prompt + A's first ``delay`` outputs + 1 token, added after ``delay``
+    steps, prefix caching on, blocks of 4: every arrival step relative to A's blocks filling."""
+    a_prompt = tokens(8, seed=1)
+    a_out = reference(tuple(a_prompt), 12)
+    b_prompt = a_prompt + a_out[:delay] + [7]
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True,
+              max_num_batched_tokens=budget)
+    arrivals = [(0, a_prompt, SamplingParams(max_new_tokens=12)), (delay, b_prompt, SamplingParams(max_new_tokens=6))]
+    outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 4))
+    assert outs == [a_out, reference(tuple(b_prompt), 6)]
+
+
+BUDGETS = [1, 3, 7, 16, None]
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_token_budgets_chunk_long_prompts_and_match_transformers(budget):
+    prompts = [tokens(n, seed=10 + n) for n in (21, 9, 30, 17)]       # every prompt longer than 7
+    llm = LLM(paged_model(), num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=budget)
+    arrivals = [(step, p, SamplingParams(max_new_tokens=5)) for step, p in zip((0, 0, 2, 5), prompts)]
+    outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 4))
+    assert outs == [reference(tuple(p), 5) for p in prompts]
+    history = llm.metrics["history"]
+    assert sum(h["prefill_tokens"] for h in history) == sum(map(len, prompts))   # each prompt once
+    if budget is not None and budget < 21:                     # the 21-token prompt took several steps
+        assert max(h["prefill_tokens"] for h in history) <= budget
+        assert llm.metrics["steps"] >= 21 // budget
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_preemption_under_every_budget_matches_transformers(budget):
+    """8 blocks of 4 for requests of up to 29 tokens, one of them with n = 2 greedy samples (under a
+    budget of 1 the oldest decode takes the token every step, so the two samples are what compete)."""
+    prompts = [tokens(n, seed=20 + n) for n in (14, 9, 19, 6, 11)]
+    params = [SamplingParams(max_new_tokens=11, n=2) if len(p) == 19 else SamplingParams(max_new_tokens=10)
+              for p in prompts]                                    # 19 + 11: 8 blocks, all of them
+    llm = LLM(paged_model(), num_blocks=8, block_size=4, max_num_seqs=5, max_num_batched_tokens=budget)
+    arrivals = list(zip((0, 0, 1, 1, 3), prompts, params))
+    outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 5))
+    refs = [reference(tuple(p), q.max_new_tokens) for p, q in zip(prompts, params)]
+    assert outs == [[r] * 2 if len(p) == 19 else r for p, r in zip(prompts, refs)]
+    assert llm.metrics["preemptions"] > 0
+    assert llm.block_manager.num_used_blocks == 0
+
+
+def test_prefix_hits_only_blocks_a_chunked_prefill_has_computed():
+    """A prompt prefilled in chunks of 4 commits only the blocks its chunks have covered, so nothing
+    can hit a block before its K/V is computed; a twin request arriving mid-prefill waits for the
+    budget, then hits every full block but the one holding its last token."""
+    prompt = tokens(20, seed=3)
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True,
+              max_num_batched_tokens=4)
+    first = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
+    llm.step()
+    assert llm.block_manager.num_cached_blocks == 1
+    llm.step()                                                     # 8 of 20 prompt tokens computed
+    assert llm.block_manager.num_cached_blocks == 2
+    twin = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
+    while llm.scheduler.has_unfinished():
+        llm.step()
+    assert llm.pop_result(first) == llm.pop_result(twin) == reference(tuple(prompt), 4)
+    assert [r["num_cached_tokens"] for r in llm.metrics["requests"]] == [0, 16]
+
+
+# ---- n > 1 -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("budget", [None, 2, 5])
+def test_greedy_samples_share_seats_and_match_transformers(budget):
+    """Greedy n = 3 and n = 2 requests under a budget: every sample equals transformers' output, and
+    seats (the engine) and reservations (reserve-max) are checked every step."""
+    prompts = [tokens(9, seed=4), tokens(6, seed=5), tokens(13, seed=6)]
+    params = [SamplingParams(max_new_tokens=6, n=n) for n in (3, 2, 1)]
+    arrivals = list(zip((0, 1, 1), prompts, params))
+    for llm in (LLM(paged_model(), num_blocks=24, block_size=4, max_num_seqs=5, max_num_batched_tokens=budget),
+                ReserveMaxLLM(paged_model(), num_blocks=24, block_size=4, max_num_seqs=5, max_len=20,
+                              max_num_batched_tokens=budget)):
+        check = checked_every_step(budget, 5)
+        reserved = isinstance(llm, ReserveMaxLLM)
+
+        def check_all(llm):
+            check(llm)
+            if reserved:
+                assert llm.block_manager.num_used_blocks <= llm.scheduler.reserved_blocks <= 24 - 24 % 5
+        outs = run_with_arrivals(llm, arrivals, check_all)
+        refs = [reference(tuple(p), 6) for p in prompts]
+        assert outs == [[refs[0]] * 3, [refs[1]] * 2, refs[2]]
+
+
+# ---- a failing step, bad arguments ---------------------------------------------------------------
+def test_a_step_that_raises_leaves_the_engine_refusing_work(monkeypatch):
+    from pagedlib.engine import EngineFailed
+    llm = LLM(paged_model(), num_blocks=16, block_size=4)
+    llm.add_request(tokens(6, seed=1), SamplingParams(max_new_tokens=4))
+    llm.step()
+
+    def broken(batch, kv_cache):
+        raise RuntimeError("CUDA out of memory (simulated)")
+    monkeypatch.setattr(GPT2, "__call__", lambda self, batch, kv: broken(batch, kv))
+    with pytest.raises(RuntimeError, match="simulated"):
+        llm.step()
+    monkeypatch.undo()
+    for attempt in (llm.step, lambda: llm.add_request([1, 2]), lambda: llm.generate([[1, 2]], use_tqdm=False)):
+        with pytest.raises(EngineFailed, match="an earlier step\\(\\) failed with RuntimeError: CUDA out of memory"):
+            attempt()
+    # a new engine on the same model works
+    fresh = LLM(paged_model(), num_blocks=16, block_size=4)
+    assert fresh.generate([tokens(6, seed=1)], max_new_tokens=4, use_tqdm=False) == [reference(tuple(tokens(6, 1)), 4)]
+
+
+@pytest.mark.parametrize("name, value", [("max_num_seqs", True), ("max_num_seqs", 0), ("num_blocks", True),
+                                         ("block_size", 2.0), ("max_num_batched_tokens", 0),
+                                         ("max_num_batched_tokens", True), ("max_num_batched_tokens", 1.5)])
+def test_count_arguments_refuse_bools_and_non_integers(name, value):
+    kwargs = dict(num_blocks=8, block_size=4, max_num_seqs=4, max_num_batched_tokens=None)
+    kwargs[name] = value
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer; got {value!r}"):
+        LLM(paged_model(), **kwargs)
+
+
+# ---- per-request metrics -------------------------------------------------------------------------------
+def test_per_request_metrics_in_prompt_order():
+    prompts = [tokens(12, seed=7), tokens(12, seed=7)[:8] + [1, 2, 3], tokens(5, seed=8)]
+    llm = LLM(paged_model(), num_blocks=12, block_size=4, max_num_seqs=3, enable_prefix_caching=True,
+              max_num_batched_tokens=6)
+    outs = llm.generate(prompts, [SamplingParams(max_new_tokens=n) for n in (8, 1, 20)], use_tqdm=False)
+    requests = llm.metrics["requests"]
+    assert [r["prompt_tokens"] for r in requests] == [12, 11, 5]
+    assert [r["output_tokens"] for r in requests] == [len(o) for o in outs] == [8, 1, 20]
+    assert requests[1]["num_cached_tokens"] == 8                 # A's first two blocks
+    assert requests[0]["num_cached_tokens"] == requests[2]["num_cached_tokens"] == 0
+    assert all(r["ttft_s"] > 0 for r in requests) and requests[1]["tpot_s"] == 0.0
+    assert requests[0]["ttft_s"] < requests[2]["ttft_s"]          # the budget made the third wait
+    assert requests[2]["tpot_s"] > 0
+    assert sum(r["num_preemptions"] for r in requests) == llm.metrics["preemptions"]
+    assert llm.metrics.requests[0].ttft_s == requests[0]["ttft_s"]   # a dataclass, read either way
+
+
+# ---- random workloads --------------------------------------------------------------------------------
+BASE = tokens(24, seed=99)          # prompts are prefixes of one text (so prefix caching has hits) ...
+
+
+@functools.lru_cache(maxsize=None)
+def greedy_reference(prompt: tuple) -> list[int]:
+    return reference(prompt, 8)      # greedy is prefix-stable: cut to each request's max_new_tokens
+
+
+request_strategy = st.tuples(st.integers(1, 24), st.booleans(), st.integers(1, 8), st.sampled_from([1, 1, 2]),
+                             st.integers(0, 6))   # (prompt length, own last token?, max_new_tokens, n, arrival)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(request_strategy, min_size=1, max_size=6),
+       budget=st.sampled_from([1, 2, 3, 5, 8, None]), num_blocks=st.integers(8, 30),
+       block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(2, 5), prefix=st.booleans(),
+       reserve=st.booleans())
+def test_random_workloads_keep_the_invariants_and_match_transformers(requests, budget, num_blocks, block_size,
+                                                                     max_num_seqs, prefix, reserve):
+    """Random prompts (sharing prefixes), lengths, n, arrival steps, budgets and cache sizes, on the
+    paged engine or reserve-max: every step keeps running <= max_num_seqs, blocks used (and reserved)
+    <= num_blocks, the token budget, never frees a block twice; every greedy output is transformers'."""
+    if reserve:
+        llm = ReserveMaxLLM(paged_model(), num_blocks, block_size, max_num_seqs, max_len=32,
+                            max_num_batched_tokens=budget)
+        if llm.scheduler.blocks_per_seq > num_blocks:
+            return
+    else:
+        llm = LLM(paged_model(), num_blocks, block_size, max_num_seqs, enable_prefix_caching=prefix,
+                  max_num_batched_tokens=budget)
+    bm = llm.block_manager
+    release = bm._release
+
+    def release_once(block):                        # a block freed twice would drive its count below 0
+        assert bm.ref_count(block) > 0, f"block {block} freed twice"
+        release(block)
+    bm._release = release_once
+    arrivals = []
+    for length, own_last, max_new, n, step in requests:
+        prompt = BASE[:length - 1] + [(BASE[length - 1] + 1) % VOCAB if own_last else BASE[length - 1]]
+        params = SamplingParams(max_new_tokens=max_new, n=min(n, max_num_seqs))
+        try:
+            llm.check_request(0, prompt, params)
+        except ValueError:                          # can never fit this cache: refused, as the engine does
+            continue
+        arrivals.append((step, prompt, params))
+    check = checked_every_step(budget, max_num_seqs)
+
+    def check_all(llm):
+        check(llm)
+        if reserve:
+            assert bm.num_used_blocks <= llm.scheduler.reserved_blocks <= num_blocks
+    outs = run_with_arrivals(llm, arrivals, check_all)
+    for (_, prompt, params), out in zip(arrivals, outs):
+        ref = greedy_reference(tuple(prompt))[:params.max_new_tokens]
+        assert out == ([ref] * params.n if params.n > 1 else ref)
+    assert bm.num_used_blocks == 0 and not llm.scheduler.has_unfinished()
+    if reserve:
+        assert llm.metrics["preemptions"] == 0      # reservations hold: reserve-max never preempts
+
+
+def test_reserve_max_refuses_a_request_whose_n_reservations_never_fit():
+    llm = ReserveMaxLLM(paged_model(), num_blocks=8, block_size=4, max_num_seqs=4, max_len=32)
+    with pytest.raises(ValueError, match="n = 2 reservations of max_len = 32 tokens need more than the whole cache"):
+        llm.generate([[1, 2]], max_new_tokens=2, n=2, use_tqdm=False)
+    assert llm.generate([[1, 2]], max_new_tokens=2, use_tqdm=False) == [reference((1, 2), 2)]
+
+
+# ---- the Triton kernels (through the interpreter on a CPU: a few small cases) -------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [None, 3])
+def test_triton_backend_chat_turn_and_chunked_prefill(budget):
+    """The bug-1 arrival pattern on the Triton kernels, one layer: a mixed batch (A's decode, B's
+    prefill chunk over A's cached blocks) in one forward pass, whole prompts or chunks of 3."""
+    a_prompt = tokens(8, seed=1)
+    a_out = reference(tuple(a_prompt), 6, n_layer=1)
+    b_prompt = a_prompt + a_out[:4] + [7]
+    llm = LLM(paged_model("triton", n_layer=1), num_blocks=16, block_size=4, max_num_seqs=2,
+              enable_prefix_caching=True, max_num_batched_tokens=budget)
+    arrivals = [(0, a_prompt, SamplingParams(max_new_tokens=6)), (4, b_prompt, SamplingParams(max_new_tokens=3))]
+    outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 2))
+    assert outs == [a_out, reference(tuple(b_prompt), 3, n_layer=1)]
+    assert llm.metrics["prefix_hit_tokens"] > 0
+    assert any(h["prefill_tokens"] and h["decode_tokens"] for h in llm.metrics["history"])   # mixed steps
