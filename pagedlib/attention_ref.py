@@ -5,12 +5,26 @@ A sequence's K/V rows are scattered over the cache's blocks; its block table say
 ``t % block_size``. Gather those rows back into a contiguous ``[seq_len, num_kv_heads, head_dim]``
 tensor and the rest is ordinary attention, computed here in fp32 one sequence at a time: slow,
 short and obviously right. The Triton kernels of ``pagedlib.attention`` are tested against it.
+
+The same attention for a whole batch at once, the PyTorch backend of ``pagedlib.model`` on a CPU:
+
+- :func:`paged_attention_batched_ref` (decode) treats the block tables as a sparse attention
+  pattern over the cache's rows and runs the batch's attention as three sparse whole-batch steps
+  (scores at the pattern's entries, a softmax per row, a weighted sum of value rows), reading the
+  cache in place, with no Python loop over sequences;
+- :func:`paged_prefill_batched_ref` sends the one-token chunks (decode rows of a mixed batch) there,
+  and runs each longer chunk through one causal SDPA: a chunk is already a big matrix product, so
+  the loop over those costs little, while padding all chunks to the longest would multiply the work.
+
+:func:`write_kv_ref` is ``write_kv`` as an index assignment, for the same backend.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
 
 from . import runtime
 from .attention_checks import check_decode, check_prefill, check_scale
@@ -89,6 +103,153 @@ def paged_prefill_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         v = gather_kv(value_cache, block_tables[s], seq_len)
         cached = seq_len - (last - first)                          # tokens before the chunk
         out[first:last] = _attend(query[first:last], k, v, scale, causal_from=cached).to(query.dtype)
+    return out
+
+
+def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                 value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """``write_kv`` in plain PyTorch: the same contract (key, value ``[num_tokens, num_kv_heads,
+    head_dim]``, one slot per token, slot -1 skips), done by ``index_copy_`` into the cache viewed
+    as ``[num_blocks * block_size, num_kv_heads, head_dim]``."""
+    slots = slot_mapping.long()
+    if bool((slots < 0).any()):                    # drop the skipped tokens (the engine never sends any)
+        keep = slots >= 0
+        slots, key, value = slots[keep], key[keep], value[keep]
+    key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key)       # [num_slots, kv_heads, dim]
+    value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slots, value)
+
+
+def batch_pages(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int):
+    """Every page a batch reads, flattened: ``(block_ids, last_page, tail_len)``.
+
+    ``block_ids [num_pages]`` are the blocks the sequences read, sequence 0's pages first, each in
+    table order; ``last_page [num_seqs]`` indexes each sequence's last page and ``tail_len
+    [num_seqs]`` counts its tokens there (1 to block_size): a sequence's only partly filled page is
+    its last.
+    """
+    lens = seq_lens.long()
+    pages = (lens + block_size - 1) // block_size                          # [num_seqs]
+    seq_of_page = torch.repeat_interleave(torch.arange(len(lens), device=lens.device), pages)  # [num_pages]
+    last_page = pages.cumsum(0) - 1                                        # [num_seqs]
+    page_in_seq = torch.arange(len(seq_of_page), device=lens.device) - (last_page + 1 - pages)[seq_of_page]
+    block_ids = block_tables[seq_of_page, page_in_seq].long()              # [num_pages]
+    return block_ids, last_page, lens - (pages - 1) * block_size
+
+
+def token_rows(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+               num_kv_heads: int) -> torch.Tensor:
+    """The cache row of every cached token of the batch, ``[total_tokens]``, sequence by sequence.
+
+    A cache ``[num_blocks, block_size, num_kv_heads, head_dim]`` viewed as rows of ``head_dim`` has
+    ``num_kv_heads`` rows per slot; this is the first of them: ``slot * num_kv_heads``.
+    """
+    block_ids, last_page, tail_len = batch_pages(block_tables, seq_lens, block_size)
+    offsets = torch.arange(block_size, device=block_ids.device)
+    slots = block_ids[:, None] * block_size + offsets                      # [num_pages, block_size]
+    owned = torch.ones_like(slots, dtype=torch.bool)
+    owned[last_page] = offsets[None, :] < tail_len[:, None]                # the tail of a last page is not
+    return slots[owned] * num_kv_heads                                     # [total_tokens]
+
+
+@dataclass(frozen=True)
+class DecodePattern:
+    """Which cache rows each query head of a decode batch reads, as a CSR sparse pattern.
+
+    Row ``h * num_seqs + s`` (query head ``h`` of sequence ``s``) holds ``seq_lens[s]`` entries,
+    ``crow[r] : crow[r + 1]`` of ``columns``: the rows of the cache (viewed as ``[num_blocks *
+    block_size * num_kv_heads, head_dim]``) of that sequence's tokens, for head ``h``'s KV head.
+    """
+
+    crow: torch.Tensor       # [num_heads * num_seqs + 1] int64
+    columns: torch.Tensor    # [num_heads * total_tokens] int64
+    row_len: torch.Tensor    # [num_heads * num_seqs] int64
+
+
+def decode_pattern(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, num_heads: int,
+                   num_kv_heads: int) -> DecodePattern:
+    """The :class:`DecodePattern` of a batch (the same in every layer, so a model builds it once)."""
+    tokens = token_rows(block_tables, seq_lens, block_size, num_kv_heads)    # [total_tokens]
+    kv_head = torch.arange(num_heads, device=tokens.device) // (num_heads // num_kv_heads)   # [num_heads]
+    columns = (tokens[None, :] + kv_head[:, None]).flatten()               # [num_heads * total_tokens]
+    row_len = seq_lens.long().repeat(num_heads)                            # [num_heads * num_seqs]
+    return DecodePattern(torch.cat([row_len.new_zeros(1), row_len.cumsum(0)]), columns, row_len)
+
+
+def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                                block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                                scale: float | None = None, *, validate: bool = True,
+                                pattern: DecodePattern | None = None) -> torch.Tensor:
+    """:func:`paged_attention_ref` for the whole batch at once (same arguments, same result).
+
+    Decode attention through block tables *is* sparse attention: view the cache as one matrix of
+    rows (``[num_blocks * block_size * num_kv_heads, head_dim]``); query head ``h`` of sequence ``s``
+    may look only at the rows its block table names, one per token, for its KV head. That pattern
+    is a sparse matrix ``[num_heads * num_seqs, cache rows]`` in CSR form, built without a loop;
+    then three whole-batch steps: the scores at exactly those entries (``sampled_addmm``, reading
+    the cache in place, no gather), a softmax within each row, and the probability-weighted sum of
+    the value rows (``embedding_bag``: a weighted bag of rows). No sequence is padded, no slot
+    outside a sequence is ever read (NaN there cannot leak). Computed in fp32 (a half-precision
+    cache is converted first: correct, but slow). ``pattern`` is :func:`decode_pattern` of these
+    block tables, if the caller kept it from an earlier layer. ``validate=False`` skips the value
+    checks (as the kernels do).
+    """
+    dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
+    scale = check_scale(scale, dims.head_dim)
+    num_seqs = query.shape[0]
+    if num_seqs == 0:
+        return torch.empty_like(query)
+    if pattern is None:
+        pattern = decode_pattern(block_tables, seq_lens, dims.block_size, num_heads, dims.num_kv_heads)
+    crow, columns, row_len = pattern.crow, pattern.columns, pattern.row_len
+    k_rows = key_cache.float().reshape(-1, dims.head_dim)                  # [cache rows, head_dim]
+    v_rows = value_cache.float().reshape(-1, dims.head_dim)
+    q = (query.float() * scale).transpose(0, 1).reshape(-1, dims.head_dim)   # [num_heads * num_seqs, dim]
+    with warnings.catch_warnings():                                        # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.sparse_csr_tensor(crow, columns, q.new_zeros(columns.shape),
+                                          size=(q.shape[0], k_rows.shape[0]), check_invariants=False)
+        scores = torch.sparse.sampled_addmm(pattern, q, k_rows.T).values()   # [entries] q . k per entry
+    row_max = torch.segment_reduce(scores, "max", lengths=row_len)         # [rows]
+    probs = (scores - row_max.repeat_interleave(row_len, output_size=len(scores))).exp_()
+    total = torch.segment_reduce(probs, "sum", lengths=row_len)            # [rows]
+    out = F.embedding_bag(columns, v_rows, crow[:-1], mode="sum", per_sample_weights=probs)  # [rows, dim]
+    out = out / total[:, None]
+    return out.view(num_heads, num_seqs, dims.head_dim).transpose(0, 1).to(query.dtype)
+
+
+def paged_prefill_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                              block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                              query_start_loc: torch.Tensor, scale: float | None = None, *,
+                              max_query_len: int | None = None, validate: bool = True) -> torch.Tensor:
+    """:func:`paged_prefill_ref` for a whole batch, decode rows included (same arguments and result).
+
+    The sequences that bring one token (the decode rows of a mixed batch) go through
+    :func:`paged_attention_batched_ref` together; each longer chunk attends over its gathered K/V
+    with one causal SDPA in fp32. ``max_query_len`` is accepted for the kernel's signature; this
+    function does not need it.
+    """
+    dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                                    validate)
+    scale = check_scale(scale, dims.head_dim)
+    out = torch.empty_like(query)                                          # [num_tokens, num_heads, dim]
+    chunk = query_start_loc[1:] - query_start_loc[:-1]                     # [num_seqs]
+    single = (chunk == 1).nonzero().flatten()                              # sequences with one new token
+    if len(single):
+        rows = query_start_loc[single].long()                              # their query rows
+        out[rows] = paged_attention_batched_ref(query[rows], key_cache, value_cache, block_tables[single],
+                                                seq_lens[single], scale, validate=False)
+    starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+    for s in (chunk > 1).nonzero().flatten().tolist():                     # the longer chunks
+        first, last = starts[s], starts[s + 1]
+        k = gather_kv(key_cache, block_tables[s], lens[s]).float()         # [seq_len, kv_heads, dim]
+        v = gather_kv(value_cache, block_tables[s], lens[s]).float()
+        q = query[first:last].float()                                      # [chunk, heads, dim]
+        cached = lens[s] - (last - first)                                  # tokens before the chunk
+        visible = (torch.arange(lens[s], device=q.device)[None, :]
+                   <= cached + torch.arange(last - first, device=q.device)[:, None])   # [chunk, seq_len]
+        out[first:last] = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=visible, scale=scale,
+            enable_gqa=True).transpose(0, 1).to(query.dtype)               # [chunk, heads, dim]
     return out
 
 

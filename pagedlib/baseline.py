@@ -16,8 +16,8 @@ import torch
 
 from .capacity import pages_for
 from .engine import LLM, SamplingParams
+from .layers import PagedModel
 from .metrics import ReservedStepRecord
-from .model import GPT2
 from .scheduler import Scheduler, Sequence
 
 
@@ -43,9 +43,9 @@ class ReserveMaxLLM(LLM):
     """:class:`~pagedlib.LLM` with reserve-max admission: each running request holds ``max_len`` slots
     (default: the model's context). Same model, kernels and outputs; fewer requests at once."""
 
-    def __init__(self, model: GPT2, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
+    def __init__(self, model: PagedModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
                  max_len: int | None = None, max_num_batched_tokens: int | None = None):
-        self.max_len = max_len or model.config.n_positions
+        self.max_len = max_len or model.context_length
         super().__init__(model, num_blocks, block_size, max_num_seqs, enable_prefix_caching=False,
                          max_num_batched_tokens=max_num_batched_tokens)
 

@@ -34,8 +34,8 @@ from tqdm.auto import tqdm
 
 from .batching import build_batch
 from .block_manager import BlockManager
+from .layers import PagedModel
 from .metrics import EngineMetrics, RequestMetrics, StepRecord
-from .model import GPT2
 from .sampling import SamplingParams, sample_rows, sample_token
 from .scheduler import ScheduledStep, Scheduler, Sequence, Status
 from .validation import positive_int
@@ -81,11 +81,13 @@ class LLM:
     with :class:`EngineFailed`; build a new ``LLM`` (the model itself is unaffected).
     """
 
-    def __init__(self, model: GPT2, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
+    def __init__(self, model: PagedModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
                  enable_prefix_caching: bool = False, max_num_batched_tokens: int | None = None):
-        if not isinstance(model, GPT2):
-            raise TypeError(f"model must be a pagedlib.GPT2; got {type(model).__name__}. "
-                            "Convert a transformers model with pagedlib.GPT2.from_hf(model).")
+        if not isinstance(model, PagedModel):
+            raise TypeError(f"model must be a paged model (pagedlib.GPT2, pagedlib.Llama, or anything with "
+                            f"the pagedlib.layers.PagedModel protocol); got {type(model).__name__}. "
+                            "Convert a transformers model with pagedlib.from_hf(model) (it picks "
+                            "pagedlib.GPT2.from_hf or pagedlib.Llama.from_hf by architecture).")
         self.model = model
         self.num_blocks = positive_int("num_blocks", num_blocks)
         self.block_size = positive_int("block_size", block_size)
@@ -260,23 +262,23 @@ class LLM:
     def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
         """Refuse, with a ``ValueError`` saying why, a request that cannot run; return its token ids."""
         where = f"prompts[{index}]"
-        cfg = self.model.config
+        vocab_size, context = self.model.vocab_size, self.model.context_length
         try:
             tokens = [operator.index(t) for t in prompt]
         except TypeError:
             raise ValueError(f"{where} must be a list of integer token ids; got {prompt!r:.60}") from None
         if not tokens:
             raise ValueError(f"{where} is empty: a request needs at least one prompt token to start from.")
-        bad = [t for t in tokens if not 0 <= t < cfg.vocab_size]
+        bad = [t for t in tokens if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"{where} has token id {bad[0]}, outside the model's vocabulary "
-                             f"[0, {cfg.vocab_size}): tokenize with the model's own tokenizer.")
-        if params.eos_token_id is not None and not 0 <= params.eos_token_id < cfg.vocab_size:
-            raise ValueError(f"eos_token_id {params.eos_token_id} is outside the vocabulary [0, {cfg.vocab_size}).")
+                             f"[0, {vocab_size}): tokenize with the model's own tokenizer.")
+        if params.eos_token_id is not None and not 0 <= params.eos_token_id < vocab_size:
+            raise ValueError(f"eos_token_id {params.eos_token_id} is outside the vocabulary [0, {vocab_size}).")
         total = len(tokens) + params.max_new_tokens
-        if total > cfg.n_positions:
+        if total > context:
             raise ValueError(f"{where}: {len(tokens)} prompt tokens + max_new_tokens {params.max_new_tokens} = "
-                             f"{total} exceeds the model's context of {cfg.n_positions} tokens (n_positions); "
+                             f"{total} exceeds the model's context of {context} tokens (context_length); "
                              "shorten the prompt or lower max_new_tokens.")
         need = -(-total // self.block_size)
         if need > self.num_blocks:

@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import pagedlib  # (sets the runtime first)
-from pagedlib.attention_ref import (gather_kv, paged_attention_ref, paged_prefill_ref,
-                                    random_paged_inputs)
+from pagedlib.attention_ref import (gather_kv, paged_attention_batched_ref, paged_attention_ref,
+                                    paged_prefill_batched_ref, paged_prefill_ref, random_paged_inputs,
+                                    write_kv_ref)
 
 DEVICE = pagedlib.runtime.DEVICE
 
@@ -111,3 +112,65 @@ def test_reference_half_precision_keeps_the_dtype():
     assert out.dtype == torch.float16
     x32 = random_paged_inputs([5, 9], 4, 2, 16, 4, dtype=torch.float32)
     torch.testing.assert_close(out.float(), paged_attention_ref(*x32.args()), atol=2e-3, rtol=2e-3)
+
+
+# ---- the batched references (the PyTorch backend) against the per-sequence ones ---------------------
+BATCHED_CASES = [  # (seq_lens, num_heads, num_kv_heads, head_dim, block_size)
+    ([1, 16, 17, 37, 5], 4, 4, 32, 16),
+    ([9, 20, 3, 64], 8, 2, 16, 4),
+    ([2, 33, 1], 6, 1, 64, 8),
+    ([1], 4, 2, 128, 1),
+    ([70, 5, 12, 1, 40, 19], 9, 3, 16, 16),
+]
+
+
+@pytest.mark.parametrize("lens, heads, kv_heads, head_dim, block_size", BATCHED_CASES)
+@pytest.mark.parametrize("shared_blocks", [False, True])
+def test_batched_decode_matches_per_sequence_reference(lens, heads, kv_heads, head_dim, block_size,
+                                                       shared_blocks):
+    x = random_paged_inputs(lens, heads, kv_heads, head_dim, block_size, shared_blocks=shared_blocks,
+                            max_blocks=-(-max(lens) // block_size) + 2, seed=len(lens))
+    assert x.key_cache.isnan().any() or shared_blocks      # unowned slots hold NaN
+    out = paged_attention_batched_ref(*x.args())
+    assert out.shape == x.query.shape and out.dtype == x.query.dtype and torch.isfinite(out).all()
+    torch.testing.assert_close(out, paged_attention_ref(*x.args()), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lens, heads, kv_heads, head_dim, block_size", BATCHED_CASES)
+def test_batched_prefill_matches_per_sequence_reference(lens, heads, kv_heads, head_dim, block_size):
+    """Chunks of every length in one batch: none, one token (a decode row of a mixed batch), part of
+    the sequence over a cached prefix, the whole sequence."""
+    x = random_paged_inputs(lens, heads, kv_heads, head_dim, block_size, seed=7)
+    chunks = [[0, 1, n // 2, n][i % 4] if n > 1 else 1 for i, n in enumerate(lens)]
+    starts = torch.tensor([0, *torch.tensor(chunks).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    query = torch.randn(sum(chunks), heads, head_dim, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    args = (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+    out = paged_prefill_batched_ref(*args)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, paged_prefill_ref(*args), atol=1e-6, rtol=1e-6)
+
+
+def test_batched_decode_of_half_precision_keeps_the_dtype():
+    x = random_paged_inputs([5, 9, 30], 4, 2, 16, 4, dtype=torch.float16)
+    out = paged_attention_batched_ref(*x.args())
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, paged_attention_ref(*x.args()), atol=1e-3, rtol=1e-3)
+
+
+def test_batched_references_check_their_inputs():
+    x = random_paged_inputs([5, 9], 4, 2, 16, 4)
+    with pytest.raises(ValueError, match="block_tables must be int32"):
+        paged_attention_batched_ref(x.query, x.key_cache, x.value_cache, x.block_tables.long(), x.seq_lens)
+    with pytest.raises(ValueError, match="longer than its block table"):
+        paged_attention_batched_ref(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens * 4)
+    starts = torch.tensor([0, 1, 3], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="query_start_loc must start at 0 and end at num_tokens = 2"):
+        paged_prefill_batched_ref(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+
+
+def test_write_kv_ref_writes_the_given_slots_and_skips_minus_one():
+    cache = [torch.zeros(2, 4, 2, 8, device=DEVICE) for _ in range(2)]
+    key, value = torch.randn(3, 2, 8, device=DEVICE), torch.randn(3, 2, 8, device=DEVICE)
+    write_kv_ref(key, value, *cache, torch.tensor([5, -1, 0], device=DEVICE))
+    assert torch.equal(cache[0].flatten(0, 1)[5], key[0]) and torch.equal(cache[1].flatten(0, 1)[0], value[2])
+    assert int((cache[0].flatten(0, 1).abs().sum((1, 2)) != 0).sum()) == 2

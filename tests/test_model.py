@@ -12,6 +12,7 @@ import transformers  # pinned in requirements.txt: a missing one fails, never sk
 
 import pagedlib
 from pagedlib import model as model_mod
+from pagedlib.attention_ref import write_kv_ref
 from pagedlib.model import GPT2, PagedBatch
 
 transformers.logging.set_verbosity_error()
@@ -120,12 +121,12 @@ def test_kv_goes_only_to_the_given_slots():
 
 
 def test_both_backends_write_with_the_same_contract():
-    """write_kv_torch mirrors the Triton write_kv, slot -1 skipping included."""
+    """write_kv_ref mirrors the Triton write_kv, slot -1 skipping included."""
     key, value = torch.randn(3, 2, 16, device=DEVICE), torch.randn(3, 2, 16, device=DEVICE)
     slots = torch.tensor([5, -1, 0], device=DEVICE)
     caches = [(torch.zeros(2, 4, 2, 16, device=DEVICE), torch.zeros(2, 4, 2, 16, device=DEVICE))
               for _ in range(2)]
-    model_mod.write_kv_torch(key, value, *caches[0], slots)
+    write_kv_ref(key, value, *caches[0], slots)
     pagedlib.write_kv(key, value, *caches[1], slots)
     assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
     assert torch.equal(caches[0][0].view(-1, 2, 16)[5], key[0])
@@ -227,3 +228,41 @@ def test_copy_block_copies_every_layer():
     for key_cache, value_cache in kv.layers:
         assert torch.equal(key_cache[2], key_cache[0]) and key_cache[2].abs().sum() > 0
         assert torch.equal(value_cache[2], value_cache[0])
+
+
+def test_backend_is_chosen_once_and_the_decode_pattern_built_once_per_batch(monkeypatch):
+    """Choosing a backend happens when it is set, not per layer per forward; the torch backend's
+    sparse decode pattern depends only on the batch, so three layers build it once."""
+    from pagedlib import attention_ref, layers
+    model = paged(tiny_hf(n_layer=3), "torch")
+    kv = model.make_kv_cache(num_blocks=4, block_size=4)
+    chosen, built = [], []
+    monkeypatch.setattr(layers, "make_backends", lambda name: chosen.append(name))
+    real = attention_ref.decode_pattern
+    monkeypatch.setattr(attention_ref, "decode_pattern", lambda *a: built.append(1) or real(*a))
+    model(batch_for([(0, [3, 1, 4, 1, 5])], [[2, 0]], 4), kv)
+    model(batch_for([(5, [9])], [[2, 0]], 4, is_decode=True), kv)
+    model(batch_for([(6, [2])], [[2, 0]], 4, is_decode=True), kv)
+    assert chosen == [] and len(built) == 2                    # one per decode batch, not one per layer
+
+
+def test_model_meets_the_engine_protocol():
+    from pagedlib.layers import PagedModel
+    model = paged(tiny_hf())
+    assert isinstance(model, PagedModel)
+    assert (model.context_length, model.vocab_size) == (128, 300)
+    assert (model.kv_shape.num_layers, model.kv_shape.num_kv_heads, model.kv_shape.head_dim) == (2, 4, 16)
+    assert [type(layer).__name__ for layer in model.layers] == ["GPT2Layer", "GPT2Layer"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_mixed_batch_of_a_prefill_chunk_and_decode_rows_matches_transformers(backend):
+    """A decode row is a prefill chunk of one token: one forward pass may carry both kinds."""
+    hf = tiny_hf(n_layer=1)
+    model = paged(hf, backend)
+    kv = model.make_kv_cache(num_blocks=8, block_size=4)
+    a, b, c = [3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2], [6, 6]
+    model(batch_for([(0, b[:-1]), (0, c[:-1])], [[5, 1], [7]], 4), kv)       # b and c are cached
+    out = model(batch_for([(0, a), (4, b[-1:]), (1, c[-1:])], [[2, 0], [5, 1], [7]], 4), kv)
+    for row, tokens in zip(out, (a, b, c)):
+        assert_logits_close(row, hf_logits(hf, tokens)[-1])

@@ -30,6 +30,7 @@ from .. import runtime
 from ..baseline import ReserveMaxLLM, hf_static_generate
 from ..engine import LLM, SamplingParams
 from ..model import DEFAULT_BACKEND, GPT2
+from . import peer
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--quick", action="store_true", help="a tiny run (a smoke test, numbers mean little)")
     p.add_argument("--plot", default=None, help="write the scheduler timelines to this PNG")
+    p.add_argument("--against", choices=("transformers",), default=None,
+                   help="instead: LLM vs transformers' continuous batching on GPT-2 and Llama (bench/peer.py)")
+    peer.add_arguments(p)
     args = p.parse_args(argv)
     if args.quick:
         args.requests, args.kv_slots, args.max_len, args.layers, args.embd = 12, 512, 128, 1, 64
@@ -115,6 +119,10 @@ def main(argv: list[str]) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     command = "python -m pagedlib.bench engine " + shlex.join(argv)
+    if args.against:
+        code = peer.main(args, *make_workload(args))
+        print(f"\nreproduce: {command}")
+        return code
     hf, model = build_model(args)
     prompts, outputs = make_workload(args)
     num_blocks = args.kv_slots // args.block_size
@@ -125,8 +133,8 @@ def main(argv: list[str]) -> int:
     print(f"KV budget: {args.kv_slots} token slots = {num_blocks} blocks of {args.block_size}; "
           f"device {runtime.DEVICE.type}, attention backend {args.backend}, torch threads {torch.get_num_threads()}")
     if runtime.DEVICE.type == "cpu" and args.backend == "torch":
-        print("note: on a CPU the reference attention runs one sequence at a time, so a bigger batch is not\n"
-              "      cheaper per token there; the capacity ratio does not depend on the hardware.")
+        print("note: on a CPU attention is the batched PyTorch reference, not a tuned kernel; the capacity\n"
+              "      ratio does not depend on the hardware.")
     if runtime.INTERPRET and args.backend == "triton":
         print("note: Triton runs through the interpreter here: its timings mean nothing (capacity still does).")
 

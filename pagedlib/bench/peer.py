@@ -1,0 +1,211 @@
+"""``python -m pagedlib.bench engine --against transformers``: pagedlib's ``LLM`` against the engine
+a Python user reaches for first, ``transformers``' own continuous batching.
+
+``transformers`` 5 ships a paged KV cache with its own block allocator and scheduler
+(``ContinuousBatchingManager``, behind ``model.generate_batch``). Both engines serve the same
+random-initialised model (a GPT-2 and a Llama with grouped-query attention) and the same
+ShareGPT-like requests, each with its own ``max_new_tokens``, greedy. Runs alternate in one process
+(pagedlib, transformers, pagedlib, ...) so that a machine shared with other work slows both alike;
+each engine's warm-up runs outside the clock. Printed: generated tokens per second of each, per
+second of wall clock (best run) and per second of the process's CPU time (which other work on a
+shared machine does not inflate), their ratios for each pair of runs, time to first token (TTFT)
+and time per output token (TPOT) percentiles (wall clock), and how many requests got identical
+tokens from both.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import runtime
+from ..engine import LLM, SamplingParams
+
+MODELS = ("gpt2", "llama")
+
+
+@dataclass
+class Run:
+    """One engine's run over the workload: outputs, wall time, and per-request latencies (seconds)."""
+
+    outputs: list[list[int]]
+    seconds: float         # wall clock
+    cpu_seconds: float     # CPU time of the whole process (every thread): what the work cost
+    ttft: list[float]      # request submitted -> its first token
+    tpot: list[float]      # mean time between its later tokens (requests with >= 2 tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(map(len, self.outputs)) / self.seconds
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return sum(map(len, self.outputs)) / self.cpu_seconds
+
+
+def build_hf(kind: str, args):
+    """A random-initialised transformers model of the kind asked for, in fp32 on the runtime's device.
+
+    ``initializer_range`` is far above the usual 0.02 so logits are spread out (no near-ties for
+    greedy decoding to break differently) and depend on every cached K/V row.
+    """
+    import transformers
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(args.seed)
+    common = dict(vocab_size=args.vocab, initializer_range=0.3, attn_implementation=args.hf_attn)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.embd,
+                                         n_positions=args.max_len, **common)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                                          num_key_value_heads=max(1, args.heads // 2),     # GQA
+                                          hidden_size=args.embd, intermediate_size=3 * args.embd,
+                                          max_position_embeddings=args.max_len, **common)
+        model = transformers.LlamaForCausalLM(config)
+    return model.eval().to(device=runtime.DEVICE, dtype=torch.float32)
+
+
+def run_pagedlib(llm: LLM, prompts, budgets) -> Run:
+    """Every request submitted at once, then steps until all are done; latencies from step ends."""
+    start, cpu = time.perf_counter(), time.process_time()
+    ids = [llm.add_request(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts, budgets)]
+    first, done, waiting_first = {}, {}, set(ids)
+    while llm.scheduler.has_unfinished():
+        finished = llm.step()
+        now = time.perf_counter()
+        for rid in [r for r in waiting_first if llm._requests[r][0].output]:
+            first[rid] = now
+            waiting_first.discard(rid)
+        for rid in finished:
+            done[rid] = now
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    outputs = [llm.pop_result(i) for i in ids]
+    return Run(outputs, seconds, cpu, [first[i] - start for i in ids],
+               [(done[i] - first[i]) / (n - 1) for i, n in zip(ids, budgets) if n > 1])
+
+
+class HFEngine:
+    """transformers' ``ContinuousBatchingManager`` over ``hf_model``, warmed up once (off the clock)."""
+
+    def __init__(self, hf_model, num_blocks: int, page_size: int, max_batch_tokens: int):
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+        self.model = hf_model
+        self.generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
+                                                  max_new_tokens=16)
+        self.cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, page_size=page_size,
+                                                  max_batch_tokens=max_batch_tokens, allow_block_sharing=False)
+        manager = self._manager()
+        manager.warmup()
+        self._keep(manager)
+
+    def _manager(self):
+        return self.model.init_continuous_batching(generation_config=self.generation_config,
+                                                   continuous_batching_config=self.cb_config)
+
+    def _keep(self, manager) -> None:
+        """Stop the manager's thread but keep it (and its warm cache) for the next run."""
+        if manager.is_running():
+            manager.stop(block=True, keep_for_next_session=True)
+        else:
+            self.model._cached_continuous_batching_manager = manager
+
+    def run(self, prompts, budgets) -> Run:
+        manager = self._manager()
+        start, cpu = time.perf_counter(), time.process_time()
+        manager.start()
+        ids = [manager.add_request(p, max_new_tokens=n, record_timestamps=True, eos_token_id=-1)
+               for p, n in zip(prompts, budgets)]
+        results = {}
+        while len(results) < len(ids):
+            result = manager.get_result(timeout=60)
+            if result is None:
+                raise RuntimeError("transformers' continuous batching returned nothing for 60 s")
+            if result.is_finished():
+                results[result.request_id] = result
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        self._keep(manager)
+        outs = [results[i] for i in ids]
+        return Run([o.generated_tokens for o in outs], seconds, cpu,
+                   [o.timestamps[0] - start for o in outs],
+                   [(o.timestamps[-1] - o.timestamps[0]) / (len(o.timestamps) - 1)
+                    for o in outs if len(o.timestamps) > 1])
+
+    def close(self) -> None:
+        self.model.destroy_cached_continuous_batching_manager()
+
+
+def percentiles(values: list[float]) -> str:
+    p50, p90, p99 = np.percentile(values, [50, 90, 99]) * 1e3
+    return f"{p50:7.1f} {p90:7.1f} {p99:7.1f}"
+
+
+def compare(kind: str, args, prompts, budgets) -> dict:
+    """Alternate ``args.runs`` runs of each engine on one model kind; print and return the figures."""
+    from ..models import from_hf
+    hf = build_hf(kind, args)
+    model = from_hf(hf, backend=args.backend, dtype=torch.float32)
+    num_blocks = args.kv_slots // args.block_size
+    llm = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs)
+    llm.generate(prompts[:4], max_new_tokens=4, use_tqdm=False)                    # warm-up
+    peer = HFEngine(hf, num_blocks=max(1, args.kv_slots // args.hf_page_size), page_size=args.hf_page_size,
+                    max_batch_tokens=args.hf_max_batch_tokens)
+    peer.run(prompts[:4], [4] * min(4, len(prompts)))                               # warm-up
+    ours, theirs = [], []
+    for _ in range(args.runs):
+        ours.append(run_pagedlib(llm, prompts, budgets))
+        theirs.append(peer.run(prompts, budgets))
+    peer.close()
+    same = sum(x == y for x, y in zip(ours[-1].outputs, theirs[-1].outputs))
+    print(f"\n{kind}: {model.describe()}")
+    print(f"{'engine':<32}{'tokens/s wall':>15}{'tokens/CPU-s':>14}{'TTFT ms p50 p90 p99':>24}"
+          f"{'TPOT ms p50 p90 p99':>24}")
+    for name, runs in (("pagedlib LLM", ours), ("transformers ContinuousBatching", theirs)):
+        best = max(runs, key=lambda r: r.tokens_per_cpu_s)
+        print(f"{name:<32}{max(r.tokens_per_s for r in runs):>15.0f}{best.tokens_per_cpu_s:>14.0f}"
+              f"{percentiles(best.ttft):>24}{percentiles(best.tpot):>24}")
+    wall = [x.tokens_per_s / y.tokens_per_s for x, y in zip(ours, theirs)]
+    cpu = [x.tokens_per_cpu_s / y.tokens_per_cpu_s for x, y in zip(ours, theirs)]
+    print(f"ratio pagedlib / transformers, each pair of runs: wall {' '.join(f'{r:.2f}x' for r in wall)}; "
+          f"CPU time {' '.join(f'{r:.2f}x' for r in cpu)} (median {np.median(cpu):.2f}x)")
+    print(f"outputs identical: {same}/{len(prompts)} requests")
+    ours_right = same
+    for i, (x, y) in enumerate(zip(ours[-1].outputs, theirs[-1].outputs)):
+        if x != y:      # a near-tie broken differently: ask transformers' generate, one request alone
+            want = hf_generate_alone(hf, prompts[i], budgets[i])
+            ours_right += x == want
+            print(f"  request {i}: transformers' generate alone agrees with "
+                  f"{'pagedlib' if x == want else 'continuous batching' if y == want else 'neither'}")
+    return {"ratio": float(np.median(cpu)), "identical": ours_right, "requests": len(prompts)}
+
+
+def hf_generate_alone(hf_model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' greedy ``generate`` for one request alone: the reference both engines must match."""
+    ids = torch.tensor([prompt], device=hf_model.device)
+    with torch.inference_mode():
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                do_sample=False, pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+def add_arguments(parser) -> None:
+    """The options of this comparison (the model and workload options are the engine bench's)."""
+    parser.add_argument("--models", default=",".join(MODELS), help=f"with --against: any of {MODELS}, comma-separated")
+    parser.add_argument("--runs", type=int, default=3, help="with --against: alternating runs of each engine")
+    parser.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"),
+                        help="with --against: transformers' attention (eager becomes its paged|eager)")
+    parser.add_argument("--hf-page-size", type=int, default=256, help="with --against: transformers' page size")
+    parser.add_argument("--hf-max-batch-tokens", type=int, default=None,
+                        help="with --against: transformers' token budget per step (default: its own)")
+
+
+def main(args, prompts, budgets) -> int:
+    """The comparison for every model kind in ``args.models``; nonzero exit if any of pagedlib's
+    outputs differs from transformers' own (continuous batching, or ``generate`` alone where the two
+    disagree)."""
+    print(f"transformers' continuous batching: attention {args.hf_attn!r}, page size {args.hf_page_size}, "
+          f"max batch tokens {args.hf_max_batch_tokens}; {args.runs} alternating runs each, best shown")
+    results = [compare(kind, args, prompts, budgets) for kind in args.models.split(",")]
+    return 0 if all(r["identical"] == r["requests"] for r in results) else 1

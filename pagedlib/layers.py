@@ -1,0 +1,232 @@
+"""What every paged model shares (chapter 9): the flat batch, the KV cache, the attention backend,
+the paged attention layer, and the small protocol the engine relies on.
+
+A model in ``pagedlib`` (GPT-2 in ``model.py``, the Llama family in ``llama.py``) differs from the
+others only in what it computes *around* attention: embeddings, norms, positions, the MLP. Where
+K/V live and how attention reads them is the same for all, and lives here:
+
+- :class:`PagedBatch`: one forward pass, the new tokens of every scheduled sequence flattened, with
+  the slot each token's K/V goes to;
+- :class:`KVCache`: per layer, a key and a value cache ``[num_blocks, block_size, num_kv_heads,
+  head_dim]`` whose block ids are the block manager's;
+- :class:`Backend`: write, decode and prefill through ``"triton"`` (the course's kernels) or
+  ``"torch"`` (the batched PyTorch references), chosen once per model;
+- :class:`PagedAttention`: write the new tokens' K/V, then attend: ``paged_attention`` when every
+  sequence brings one token, ``paged_prefill`` otherwise (chunks of any length, one-token chunks
+  included, so a batch may mix prefill chunks and decode rows);
+- :class:`PagedModel`: what :class:`pagedlib.LLM` needs of a model, and :class:`PagedLM`, the base
+  class that gives a model all of it but its layers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from . import runtime
+
+BACKENDS = ("triton", "torch")
+# Compiled kernels on a GPU; on a CPU the interpreter is correct but slow, so the reference is the
+# default there (pass backend="triton" to run the kernels through the interpreter anyway).
+DEFAULT_BACKEND = "triton" if runtime.DEVICE.type == "cuda" else "torch"
+
+
+@dataclass
+class PagedBatch:
+    """One forward pass over the paged cache: the new tokens of ``num_seqs`` sequences, flattened.
+
+    Sequence ``s`` owns rows ``query_start_loc[s]:query_start_loc[s+1]`` of ``input_ids``; they are
+    its *last* tokens, so its K/V before them must already be in the cache. ``is_decode`` says every
+    sequence brings exactly one token (then ``paged_attention`` runs instead of ``paged_prefill``).
+    ``max_query_len``, if the builder knows it, is the longest chunk: ``paged_prefill`` sizes its grid
+    with it instead of reading ``query_start_loc`` back from the GPU in every layer.
+    """
+
+    input_ids: torch.Tensor        # [num_tokens] int64
+    positions: torch.Tensor        # [num_tokens] int64, each token's index in its sequence
+    slot_mapping: torch.Tensor     # [num_tokens] int64, slot = block_id * block_size + offset
+    block_tables: torch.Tensor     # [num_seqs, max_blocks] int32
+    seq_lens: torch.Tensor         # [num_seqs] int32, tokens in the cache after this step
+    query_start_loc: torch.Tensor  # [num_seqs + 1] int32
+    is_decode: bool
+    max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
+    # what a backend derives from the batch alone, built in the first layer and reused by the others
+    plans: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """The shape of a model's paged cache: ``num_layers`` caches of ``num_kv_heads x head_dim`` rows."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+
+class KVCache:
+    """The paged K/V storage of a model: for each layer, a key and a value cache of
+    ``[num_blocks, block_size, num_kv_heads, head_dim]``. Block ids are the block manager's."""
+
+    def __init__(self, shape: KVShape, num_blocks: int, block_size: int,
+                 dtype: torch.dtype, device: torch.device):
+        size = (num_blocks, block_size, shape.num_kv_heads, shape.head_dim)
+        # [num_blocks, block_size, num_kv_heads, head_dim], one K and one V per layer
+        self.layers = [(torch.zeros(size, dtype=dtype, device=device),
+                        torch.zeros(size, dtype=dtype, device=device)) for _ in range(shape.num_layers)]
+        self.num_blocks, self.block_size = num_blocks, block_size
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy one block's K/V in every layer (copy-on-write before a shared block is written)."""
+        for key_cache, value_cache in self.layers:
+            key_cache[dst] = key_cache[src]
+            value_cache[dst] = value_cache[src]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.layers)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a layer's attention runs: ``"triton"`` (the course's kernels ``write_kv``,
+    ``paged_attention``, ``paged_prefill``) or ``"torch"`` (``write_kv_ref`` and the batched
+    references of ``pagedlib.attention_ref``). ``validate`` checks tensor values (the first layer
+    does; the others see the same batch and skip it)."""
+
+    name: str
+    validate: bool = True
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 batch: PagedBatch) -> None:
+        if self.name == "triton":
+            from .attention import write_kv
+            return write_kv(k, v, key_cache, value_cache, batch.slot_mapping, validate=self.validate)
+        from .attention_ref import write_kv_ref
+        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
+
+    def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               batch: PagedBatch) -> torch.Tensor:
+        if self.name == "triton":
+            from .attention import paged_attention
+            return paged_attention(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                   validate=self.validate)
+        from .attention_ref import decode_pattern, paged_attention_batched_ref
+        if "decode_pattern" not in batch.plans:     # the same for every layer: build it once per batch
+            batch.plans["decode_pattern"] = decode_pattern(batch.block_tables, batch.seq_lens,
+                                                           key_cache.shape[1], q.shape[1], key_cache.shape[2])
+        return paged_attention_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                           validate=self.validate, pattern=batch.plans["decode_pattern"])
+
+    def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                batch: PagedBatch) -> torch.Tensor:
+        if self.name == "triton":
+            from .attention import paged_prefill as prefill
+        else:
+            from .attention_ref import paged_prefill_batched_ref as prefill
+        return prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc,
+                       max_query_len=batch.max_query_len, validate=self.validate)
+
+
+def make_backends(name: str) -> tuple[Backend, Backend]:
+    """(checked, trusted) :class:`Backend` of ``name`` (one of :data:`BACKENDS`)."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {name!r}.")
+    return Backend(name, validate=True), Backend(name, validate=False)
+
+
+class PagedAttention(nn.Module):
+    """Attention of a batch's new tokens over the paged cache: no weights, only the cache traffic.
+
+    Takes ``q [num_tokens, num_heads, head_dim]`` and ``k``, ``v [num_tokens, num_kv_heads,
+    head_dim]`` (positions already applied, so K is cached rotated where a model uses RoPE), writes
+    K/V to their slots, then attends; returns ``[num_tokens, num_heads, head_dim]``.
+    """
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cache: tuple[torch.Tensor, torch.Tensor], batch: PagedBatch, backend: Backend) -> torch.Tensor:
+        key_cache, value_cache = cache
+        backend.write_kv(k, v, key_cache, value_cache, batch)     # the new tokens join the cache
+        if batch.is_decode:   # one query per sequence: num_tokens == num_seqs
+            return backend.decode(q, key_cache, value_cache, batch)
+        # a causal chunk per sequence (one token for a decode row), over its cached prefix and itself
+        return backend.prefill(q, key_cache, value_cache, batch)
+
+
+@runtime_checkable
+class PagedModel(Protocol):
+    """What :class:`pagedlib.LLM` needs of a model: its context length and vocabulary size (to check
+    requests), device and dtype, a paged cache of its shape, and ``model(batch, kv_cache)``
+    returning the logits of each sequence's last token, ``[num_seqs, vocab_size]``."""
+
+    context_length: int
+    vocab_size: int
+    kv_shape: KVShape
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache: ...
+
+    def __call__(self, batch: PagedBatch, kv_cache: KVCache) -> torch.Tensor: ...
+
+
+class PagedLM(nn.Module):
+    """Base class of the paged models: the backend (chosen once, validated in the first layer only),
+    device, dtype, the cache, the parameter count and the output head. A subclass sets
+    ``context_length``, ``vocab_size``, ``kv_shape`` and defines ``forward``."""
+
+    context_length: int
+    vocab_size: int
+    kv_shape: KVShape
+
+    def __init__(self, backend: str | None = None):
+        super().__init__()
+        self.backend = backend or DEFAULT_BACKEND
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        self._backends = make_backends(name)        # refuses an unknown name before changing anything
+        self._backend = name
+
+    def layer_backends(self):
+        """The backend of each layer in turn: the checked one first, the trusted one after."""
+        checked, trusted = self._backends
+        yield checked
+        while True:
+            yield trusted
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def make_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        """An empty paged cache of ``num_blocks`` blocks of ``block_size`` tokens, on the model's
+        device and in its dtype."""
+        return KVCache(self.kv_shape, num_blocks, block_size, self.dtype, self.device)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def describe(self) -> str:
+        """One line: the model's class, its cache shape, vocabulary, context and size."""
+        kv = self.kv_shape
+        return (f"{type(self).__name__}, {kv.num_layers} layers, {kv.num_kv_heads} KV heads x {kv.head_dim} "
+                f"per layer, vocab {self.vocab_size}, context {self.context_length}, "
+                f"{self.num_parameters() / 1e6:.2f} M parameters")
+
+    @staticmethod
+    def last_logits(x: torch.Tensor, batch: PagedBatch, norm: nn.Module, head: torch.Tensor) -> torch.Tensor:
+        """The fp32 logits of each sequence's last token from the final hidden states ``x
+        [num_tokens, hidden]``: only those rows go through the final norm and the head."""
+        last = x if batch.is_decode else x[batch.query_start_loc[1:].long() - 1]   # [num_seqs, hidden]
+        return (norm(last) @ head.T).float()                     # [num_seqs, vocab_size]
