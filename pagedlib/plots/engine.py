@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 
 from .style import COLORS
 
-__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step"]
+__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -147,4 +147,29 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
         x1, y1 = to_fig.transform(bottom.transData.transform((x_of(slot) + 0.46, 1)))
         fig.add_artist(plt.Line2D([x0, x1], [y0, y1], color="#444444", linewidth=0.8,
                                   transform=fig.transFigure))
+    return fig
+
+
+def budget_latencies(rows: list[dict], title: str = "What a token budget trades"):
+    """One bar per token budget in two panels: the mean steps from a long prompt's arrival to its
+    first token (left), and the largest step, in tokens, that a decoding request waited through
+    (right, about that step's cost). ``rows``: one dict per budget with ``budget`` (an int, or
+    ``None`` for no budget), ``steps_to_first`` and ``max_step_tokens``."""
+    for key in ("budget", "steps_to_first", "max_step_tokens"):
+        missing = [i for i, row in enumerate(rows) if key not in row]
+        if missing:
+            raise ValueError(f"rows must each have {key!r}; rows {missing} do not")
+    labels = ["none" if row["budget"] is None else str(row["budget"]) for row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    for ax, key, colour, ylabel in (
+            (left, "steps_to_first", COLORS["tail"], "steps to first token\n(long prompts, mean)"),
+            (right, "max_step_tokens", COLORS["kv"], "largest step a decode waited\nthrough (tokens)")):
+        values = [row[key] for row in rows]
+        bars = ax.bar(labels, values, color=colour)
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=10)
+        ax.set_xlabel("token budget (max_num_batched_tokens)", fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.margins(y=0.15)
+        ax.tick_params(labelsize=10)
     return fig
