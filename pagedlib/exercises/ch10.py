@@ -99,7 +99,7 @@ def _compare_preempted(answer, expected) -> bool:
 
 preempted = Exercise(
     "ch10.preempted",
-    "A cache of 5 blocks of 4 tokens, `max_num_seqs` large. Requests A (7-token prompt), B (4) and C (2) "
+    "A cache of 5 blocks of 4 tokens, `max_num_seqs` large, no token budget. Requests A (7-token prompt), B (4) and C (2) "
     "arrive together, in that order, each to generate 8 tokens. Step 1 admits all three. Which request is "
     "preempted first, and in which step? Answer a pair (name, step).",
     preempted,
@@ -143,8 +143,8 @@ def _diagnose_steps(answer, expected, args) -> str | None:
 num_steps = Exercise(
     "ch10.num_steps",
     "`num_requests` requests arrive together; each generates exactly `output_len` tokens (no end token), "
-    "at most `max_num_seqs` run at once and blocks never run out. How many engine steps does the "
-    "workload take?",
+    "at most `max_num_seqs` run at once, blocks never run out and there is no token budget (each "
+    "prompt is computed whole in its first step). How many engine steps does the workload take?",
     num_steps,
     cases=[(5, 6, 2), (1, 1, 1), (4, 10, 4), (4, 10, 8), (7, 3, 3), (12, 20, 5), (3, 1, 1), (100, 16, 32)],
     diagnose=_diagnose_steps,
