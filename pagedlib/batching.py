@@ -1,4 +1,4 @@
-"""The model runner's job: one step's scheduled tokens as one flat :class:`~pagedlib.model.PagedBatch`.
+"""The model runner's job: one step's scheduled tokens as one flat :class:`~pagedlib.layers.PagedBatch`.
 
 Every scheduled sequence brings the tokens it computes in this step, ``[num_computed_tokens - n,
 num_computed_tokens)`` (the scheduler has already advanced ``num_computed_tokens``): one token for a

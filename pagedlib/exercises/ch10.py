@@ -1,6 +1,7 @@
-"""Chapter 10 exercises: which request the scheduler preempts; how many steps a workload takes.
+"""Chapter 10 exercises: the slots of one mixed step; which request the scheduler preempts; how
+many steps a workload takes.
 
-Both follow the scheduler of :mod:`pagedlib.scheduler` (first come, first served, admission on demand,
+All follow the scheduler of :mod:`pagedlib.scheduler` (first come, first served, admission on demand,
 preemption of the newest running request by recompute). The notebook checks the answers against
 pagedlib's own scheduler and engine, so the references here are the ones the code really produces.
 """
@@ -8,7 +9,63 @@ from __future__ import annotations
 
 from . import Exercise
 
-# ---- exercise 1: who is preempted, and when ----------------------------------------------------
+# ---- exercise 1: the slots of one mixed step ---------------------------------------------------
+
+# The chapter's hand-built step: A decodes its token at position 6, B (just admitted) computes the
+# first 5 of its 10 prompt tokens. The tables are what the block manager hands out in the notebook.
+MIXED_STEP = {"block_size": 4, "tables": {"A": [2, 3], "B": [4, 1, 0]},
+              "positions": {"A": [6], "B": [0, 1, 2, 3, 4]}}
+
+
+def _slots(step: dict) -> list[int]:
+    bs = step["block_size"]
+    return [step["tables"][name][pos // bs] * bs + pos % bs
+            for name in ("A", "B") for pos in step["positions"][name]]
+
+
+def _diagnose_slots(answer, expected) -> str | None:
+    if not isinstance(answer, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                        for a in answer):
+        return "Answer a list of ints, one slot per token of the batch."
+    if len(answer) != len(expected):
+        return (f"The batch has {len(expected)} tokens (A's one decode token, then B's chunk of 5): "
+                f"give one slot for each, in batch order; got {len(answer)}.")
+    positions = [p for name in ("A", "B") for p in MIXED_STEP["positions"][name]]
+    if list(answer) == positions:
+        return ("Those are the positions. A slot is where the token's K/V goes in the cache: "
+                "block_table[position // block_size] * block_size + position % block_size.")
+    bs, first = MIXED_STEP["block_size"], MIXED_STEP["tables"]["B"][0]
+    if list(answer[1:]) == [first * bs + p for p in MIXED_STEP["positions"]["B"]]:
+        return ("B's slots run on from its first block, but position 4 is in B's second block, "
+                "and a block table need not be contiguous: look its block up.")
+    if answer[0] != expected[0]:
+        return ("A's slot is wrong: its token at position 6 goes to the block at index 6 // 4 of "
+                "A's table, at offset 6 % 4.")
+    return None
+
+
+mixed_slots = Exercise(
+    "ch10.mixed_slots",
+    "Block size 4. A has computed 6 tokens and decodes its 7th (position 6) in this step; its block "
+    "table is [2, 3]. B was just admitted with a 10-token prompt and computes positions 0 to 4 in this "
+    "step; its block table is [4, 1, 0]. The batch holds A's token first, then B's five. Predict its "
+    "`slot_mapping`: the cache slot of each of the 6 tokens, as a list of ints.",
+    _slots(MIXED_STEP),
+    diagnose=_diagnose_slots,
+    hints=["A slot is one row of the cache: block id times block size plus the offset inside the "
+           "block. The block id comes from the sequence's own block table, never from its position "
+           "alone.",
+           "For each token: which entry of its sequence's table holds its position (position // 4), "
+           "and where inside that block (position % 4)?",
+           "slot = table[pos // 4] * 4 + pos % 4 with A's table for A's token and B's for B's: "
+           "A at 6 is table [2, 3] entry 1, offset 2."],
+    wrong=[[6, 0, 1, 2, 3, 4], [14, 16, 17, 18, 19, 20], [15, 16, 17, 18, 19, 4], [14, 16, 17, 18, 19]],
+    explanation="Each token's slot is its own sequence's block at position // 4, times 4, plus "
+                "position % 4, so B's fifth token lands in block 1 though its first four are in block 4.",
+)
+
+
+# ---- exercise 2: who is preempted, and when ----------------------------------------------------
 
 PREEMPT_SCENARIO = {"num_blocks": 5, "block_size": 4,
                     "requests": {"A": (7, 8), "B": (4, 8), "C": (2, 8)}}   # name: (prompt, output tokens)
@@ -42,27 +99,26 @@ def _compare_preempted(answer, expected) -> bool:
 
 preempted = Exercise(
     "ch10.preempted",
-    "A cache of 5 blocks of 4 tokens, `max_num_seqs` large. Requests A (7-token prompt), B (4) and C (2) "
+    "A cache of 5 blocks of 4 tokens, `max_num_seqs` large, no token budget. Requests A (7-token prompt), B (4) and C (2) "
     "arrive together, in that order, each to generate 8 tokens. Step 1 admits all three. Which request is "
     "preempted first, and in which step? Answer a pair (name, step).",
     preempted,
     compare=_compare_preempted,
     diagnose=_diagnose_preempted,
-    hints=["Step 1 admits A, B and C: how many blocks do their prompts take, and how many are left? "
-           "In each later step every running request first needs room for the token it sampled last.",
+    hints=["Preemption frees the newest running request's blocks, whoever asked for one. In each "
+           "step every running request first needs room for the token it sampled last.",
+           "Step 1 admits A, B and C: count the blocks their prompts take and what is left; then "
+           "follow each request's token count step by step.",
            "A request holding n tokens needs a new block when n is a multiple of 4. After step 1 A, B, C "
-           "hold 7, 4, 2 tokens and each has one sampled token to add in step 2; in step 3 they add another.",
-           "When a block is needed and none is free, the scheduler preempts the newest running request "
-           "(the last admitted), even if another request is the one asking."],
+           "hold 7, 4, 2 tokens; each adds one in step 2 and one in step 3. Which crosses a block edge "
+           "when no block is left, and who is the newest then?"],
     wrong=[("A", 3), ("B", 2), ("C", 2), ("B", 6)],
-    explanation=("Step 1: A takes 2 blocks, B 1, C 1: one block is left. Step 2: B's 5th token needs a "
-                 "block and takes the last one. Step 3: A's 9th token needs a block, none is free, so the "
-                 "newest request, C, is preempted; its block goes to A. C waits at the front of the line "
-                 "and is recomputed (prompt + its one generated token) when blocks free up."),
+    explanation=("B's 5th token takes the last free block in step 2, so when A's 9th token needs a "
+                 "block in step 3 the newest request, C, gives up its own."),
 )
 
 
-# ---- exercise 2: how many steps ------------------------------------------------------------------
+# ---- exercise 3: how many steps ------------------------------------------------------------------
 
 def num_steps(num_requests: int, output_len: int, max_num_seqs: int) -> int:
     """Engine steps for ``num_requests`` requests that each generate ``output_len`` tokens, at most
@@ -87,8 +143,8 @@ def _diagnose_steps(answer, expected, args) -> str | None:
 num_steps = Exercise(
     "ch10.num_steps",
     "`num_requests` requests arrive together; each generates exactly `output_len` tokens (no end token), "
-    "at most `max_num_seqs` run at once and blocks never run out. How many engine steps does the "
-    "workload take?",
+    "at most `max_num_seqs` run at once, blocks never run out and there is no token budget (each "
+    "prompt is computed whole in its first step). How many engine steps does the workload take?",
     num_steps,
     cases=[(5, 6, 2), (1, 1, 1), (4, 10, 4), (4, 10, 8), (7, 3, 3), (12, 20, 5), (3, 1, 1), (100, 16, 32)],
     diagnose=_diagnose_steps,
@@ -99,4 +155,6 @@ num_steps = Exercise(
            "Waves: `ceil(num_requests / max_num_seqs)`, each `output_len` steps long."],
     wrong=[lambda n, out, k: -(-n // k) * (out + 1), lambda n, out, k: n * out // k,
            lambda n, out, k: n * out],
+    explanation="Each wave of max_num_seqs requests runs output_len steps (its prefill step already "
+                "samples the first token), and the next wave starts only when it is done.",
 )

@@ -1,6 +1,8 @@
-"""Figures of the serving engine (chapter 10): what the scheduler did, step by step.
+"""Figures of the serving engine (chapters 10 and 11): one step's flat batch, what the scheduler
+did step by step, and what a token budget does to latency.
 
-Both functions read ``LLM.metrics`` (its per-step ``history``) and return a matplotlib Figure.
+``mixed_step`` draws a :class:`~pagedlib.layers.PagedBatch`; the others read ``LLM.metrics`` (its
+per-step ``history``) or tables measured from it. Each returns a matplotlib Figure.
 """
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import matplotlib.pyplot as plt
 
 from .style import COLORS
 
-__all__ = ["scheduler_timeline", "compare_timelines"]
+__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -64,4 +66,110 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
+    return fig
+
+
+
+def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None = None,
+               full_tables: list[list[int]] | None = None, title: str = "One step: a flat batch and the cache slots it writes"):
+    """One forward pass's :class:`~pagedlib.layers.PagedBatch` (top: its tokens in batch order, each
+    with its sequence, position and slot) and the paged cache of ``num_blocks`` blocks of
+    ``block_size`` slots (bottom: the slots holding K/V from earlier steps pale, the slots this step
+    writes solid, free slots grey, a line from each token to its slot). ``names`` labels the
+    sequences (default ``0, 1, ...``); ``full_tables``, the block manager's tables of the batch's
+    sequences (unpadded), also outlines the slots they hold for tokens not computed yet."""
+    starts = batch.query_start_loc.tolist()
+    seq_lens, tables = batch.seq_lens.tolist(), batch.block_tables.tolist()
+    slots, positions = batch.slot_mapping.tolist(), batch.positions.tolist()
+    num_seqs = len(seq_lens)
+    names = [str(i) for i in range(num_seqs)] if names is None else list(names)
+    if len(names) != num_seqs:
+        raise ValueError(f"names must name each of the batch's {num_seqs} sequences; got {len(names)}")
+    if full_tables is not None and len(full_tables) != num_seqs:
+        raise ValueError(f"full_tables must hold one block table per sequence ({num_seqs}); "
+                         f"got {len(full_tables)}")
+    if max(slots, default=-1) >= num_blocks * block_size:
+        raise ValueError(f"the batch writes slot {max(slots)}, beyond num_blocks * block_size = "
+                         f"{num_blocks * block_size}: pass the cache's num_blocks and block_size")
+    colours = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"]]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 4.6), height_ratios=[1, 1.2])
+
+    owner = [s for s in range(num_seqs) for _ in range(starts[s], starts[s + 1])]
+    for t, (s, pos, slot) in enumerate(zip(owner, positions, slots)):
+        top.add_patch(plt.Rectangle((t, 0), 0.92, 1, color=colours[s % len(colours)]))
+        top.text(t + 0.46, 0.5, f"{names[s]}\npos {pos}\nslot {slot}", ha="center", va="center",
+                 fontsize=10, color="white")
+    for s in range(num_seqs):
+        n = starts[s + 1] - starts[s]
+        kind = "decode row" if n == 1 else f"prefill chunk of {n}"
+        top.text((starts[s] + starts[s + 1]) / 2 - 0.04, 1.1, f"{names[s]}: {kind}", ha="center",
+                 fontsize=10)
+    top.set_xlim(-0.1, max(len(slots), 1))
+    top.set_ylim(0, 1.4)
+    top.set_axis_off()
+    top.set_title(title, fontsize=12)
+
+    gap = 0.7                                            # between two blocks, in slots
+
+    def x_of(slot: int) -> float:
+        return (slot // block_size) * (block_size + gap) + slot % block_size
+
+    written = set(slots)
+    held, owned = {}, {}                                 # slot -> its sequence: holding K/V, or reserved
+    for s in range(num_seqs):
+        for pos in range(seq_lens[s]):
+            held[tables[s][pos // block_size] * block_size + pos % block_size] = s
+        for block in (full_tables[s] if full_tables is not None else []):
+            owned.update({slot: s for slot in range(block * block_size, (block + 1) * block_size)})
+    for slot in range(num_blocks * block_size):
+        face, edge, alpha = COLORS["free"], "#666666", 1.0
+        if slot in held:
+            face, alpha = colours[held[slot] % len(colours)], 1.0 if slot in written else 0.35
+        elif slot in owned:
+            face, edge = "white", colours[owned[slot] % len(colours)]
+        bottom.add_patch(plt.Rectangle((x_of(slot), 0), 0.92, 1, facecolor=face, alpha=alpha,
+                                       edgecolor=edge, linewidth=1.2 if slot in owned else 0.5))
+    for b in range(num_blocks):
+        bottom.text(x_of(b * block_size) + block_size / 2 - 0.04, -0.12, f"block {b}", ha="center",
+                    va="top", fontsize=10)
+    bottom.text(x_of(num_blocks * block_size - 1) / 2, -0.55,
+                "KV cache: pale = K/V from earlier steps, solid = written by this step, "
+                + ("outlined = held, not written yet, " if full_tables is not None else "")
+                + "grey = free",
+                ha="center", va="top", fontsize=10)
+    bottom.set_xlim(-0.1, x_of(num_blocks * block_size - 1) + 1)
+    bottom.set_ylim(-0.9, 1.05)
+    bottom.set_axis_off()
+    fig.tight_layout(h_pad=2.5)
+    to_fig = fig.transFigure.inverted()
+    for t, slot in enumerate(slots):                     # each token's line to the slot it writes
+        x0, y0 = to_fig.transform(top.transData.transform((t + 0.46, 0)))
+        x1, y1 = to_fig.transform(bottom.transData.transform((x_of(slot) + 0.46, 1)))
+        fig.add_artist(plt.Line2D([x0, x1], [y0, y1], color="#444444", linewidth=0.8,
+                                  transform=fig.transFigure))
+    return fig
+
+
+def budget_latencies(rows: list[dict], title: str = "What a token budget trades"):
+    """One bar per token budget in two panels: the mean steps from a long prompt's arrival to its
+    first token (left), and the largest step, in tokens, that a decoding request waited through
+    (right, about that step's cost). ``rows``: one dict per budget with ``budget`` (an int, or
+    ``None`` for no budget), ``steps_to_first`` and ``max_step_tokens``."""
+    for key in ("budget", "steps_to_first", "max_step_tokens"):
+        missing = [i for i, row in enumerate(rows) if key not in row]
+        if missing:
+            raise ValueError(f"rows must each have {key!r}; rows {missing} do not")
+    labels = ["none" if row["budget"] is None else str(row["budget"]) for row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    for ax, key, colour, ylabel in (
+            (left, "steps_to_first", COLORS["tail"], "steps to first token\n(long prompts, mean)"),
+            (right, "max_step_tokens", COLORS["kv"], "largest step a decode waited\nthrough (tokens)")):
+        values = [row[key] for row in rows]
+        bars = ax.bar(labels, values, color=colour)
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=10)
+        ax.set_xlabel("token budget (max_num_batched_tokens)", fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.margins(y=0.15)
+        ax.tick_params(labelsize=10)
     return fig

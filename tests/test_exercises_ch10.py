@@ -1,0 +1,63 @@
+"""Chapter 10's exercise references are what pagedlib's scheduler and batch builder really do."""
+import pytest
+import torch
+
+from pagedlib import BlockManager, SamplingParams, Scheduler
+from pagedlib.batching import build_batch
+from pagedlib.exercises import ch10
+from pagedlib.scheduler import Sequence
+
+
+def _drive(scheduler: Scheduler, stop_at_preemption: bool = False):
+    """Run the scheduler with every sequence 'sampling' token 0; return (steps, first preemption)."""
+    step = 0
+    while scheduler.has_unfinished():
+        step += 1
+        plan = scheduler.schedule()
+        if plan.preempted and stop_at_preemption:
+            return step, (plan.preempted[0].seq_id, step)
+        for seq in plan.seqs:
+            if not seq.prefilling:
+                seq.output.append(0)
+                if len(seq.output) == seq.params.max_new_tokens:
+                    scheduler.finish(seq)
+    return step, None
+
+
+def test_preempted_reference_is_the_schedulers_first_preemption():
+    scenario = ch10.PREEMPT_SCENARIO
+    scheduler = Scheduler(BlockManager(scenario["num_blocks"], scenario["block_size"]), max_num_seqs=8)
+    for i, (name, (prompt, output)) in enumerate(scenario["requests"].items()):
+        scheduler.add(Sequence(seq_id=name, request_id=i, prompt=[0] * prompt,
+                               params=SamplingParams(max_new_tokens=output)))
+    _, first = _drive(scheduler, stop_at_preemption=True)
+    assert first == ch10.preempted.reference
+
+
+@pytest.mark.parametrize("case", ch10.num_steps.cases, ids=str)
+def test_num_steps_reference_counts_the_schedulers_steps(case):
+    num_requests, output_len, max_num_seqs = case
+    scheduler = Scheduler(BlockManager(4096, 16), max_num_seqs=max_num_seqs)
+    for i in range(num_requests):
+        scheduler.add(Sequence(seq_id=i, request_id=i, prompt=[0] * (3 + i % 7),
+                               params=SamplingParams(max_new_tokens=output_len)))
+    steps, _ = _drive(scheduler)
+    assert steps == ch10.num_steps.reference(*case)
+
+
+def test_mixed_slots_reference_is_build_batchs_slot_mapping():
+    step = ch10.MIXED_STEP
+    manager = BlockManager(5, step["block_size"])
+    manager.allocate("X", list(range(8)))              # the chapter's story: X frees blocks 0 and 1
+    manager.allocate("A", list(range(6)))
+    manager.free("X")
+    a = Sequence(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[7])
+    b = Sequence(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
+    manager.append("A", 7)
+    manager.allocate("B", b.prompt, commit=False)
+    assert {"A": manager.block_table("A"), "B": manager.block_table("B")} == step["tables"]
+    a.num_computed_tokens = step["positions"]["A"][-1] + 1
+    b.num_computed_tokens = step["positions"]["B"][-1] + 1
+    batch = build_batch([a, b], [1, len(step["positions"]["B"])], manager, torch.device("cpu"))
+    assert batch.slot_mapping.tolist() == ch10.mixed_slots.reference
+    assert batch.positions.tolist() == step["positions"]["A"] + step["positions"]["B"]

@@ -1,0 +1,60 @@
+"""The engine figures of chapters 10 and 11: one step's batch, and the token budget's trade-off."""
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from pagedlib import BlockManager, SamplingParams  # noqa: E402
+from pagedlib.batching import build_batch  # noqa: E402
+from pagedlib.plots.engine import budget_latencies, mixed_step  # noqa: E402
+from pagedlib.scheduler import Sequence  # noqa: E402
+
+
+def _step():
+    """A decodes one token at position 6, B computes a chunk of 5 of its 10-token prompt."""
+    manager = BlockManager(5, 4)
+    manager.allocate("X", list(range(8)))
+    manager.allocate("A", list(range(6)))
+    manager.free("X")
+    a = Sequence(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[1])
+    b = Sequence(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
+    manager.append("A", 1)
+    manager.allocate("B", b.prompt, commit=False)
+    a.num_computed_tokens, b.num_computed_tokens = 7, 5
+    batch = build_batch([a, b], [1, 5], manager, torch.device("cpu"))
+    return batch, manager
+
+
+def test_mixed_step_draws_every_token_and_every_slot():
+    batch, manager = _step()
+    fig = mixed_step(batch, 5, 4, names=["A", "B"],
+                     full_tables=[manager.block_table("A"), manager.block_table("B")])
+    top, bottom = fig.axes
+    assert len(top.patches) == 6                       # one box per token of the batch
+    assert len(bottom.patches) == 5 * 4                # one cell per slot of the cache
+    texts = [t.get_text() for t in top.texts]
+    assert "B\npos 4\nslot 4" in texts and "A\npos 6\nslot 14" in texts
+    assert "B: prefill chunk of 5" in texts and "A: decode row" in texts
+    solid = [p for p in bottom.patches if p.get_alpha() == 1.0 and p.get_facecolor()[:3] != (1, 1, 1)
+             and p.get_facecolor() != matplotlib.colors.to_rgba("#F0F0F0")]
+    assert len(solid) == 6                             # the slots this step writes
+
+
+def test_mixed_step_refuses_wrong_names_and_a_too_small_cache():
+    batch, _ = _step()
+    with pytest.raises(ValueError, match="names"):
+        mixed_step(batch, 5, 4, names=["A"])
+    with pytest.raises(ValueError, match="num_blocks"):
+        mixed_step(batch, 4, 4)
+
+
+def test_budget_latencies_one_bar_per_budget():
+    rows = [{"budget": 16, "steps_to_first": 40.0, "max_step_tokens": 16},
+            {"budget": None, "steps_to_first": 1.0, "max_step_tokens": 405}]
+    fig = budget_latencies(rows)
+    left, right = fig.axes
+    assert [b.get_height() for b in right.patches] == [16, 405]
+    assert [t.get_text() for t in left.get_xticklabels()] == ["16", "none"]
+    with pytest.raises(ValueError, match="max_step_tokens"):
+        budget_latencies([{"budget": 16, "steps_to_first": 2.0}])
