@@ -29,7 +29,7 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
         top.scatter(*zip(*preempt), marker="v", color=COLORS["padding"], zorder=3, label="a preemption")
     top.set_ylabel("sequences")
     top.set_title(title)
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
 
     used, logical = _series(metrics, "blocks_used"), _series(metrics, "logical_blocks")
     bottom.fill_between(steps, used, step="post", color=COLORS["kv"], alpha=0.6, label="blocks in use")
@@ -39,7 +39,7 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
     bottom.axhline(metrics["num_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
     bottom.set_ylabel(f"KV blocks ({metrics['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
-    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -63,8 +63,8 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     top.set_xlabel("engine step")
     bottom.set_ylabel(f"KV blocks ({first['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
-    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -76,7 +76,7 @@ def paper_figure13(results: dict[str, SimResult] | None = None, workload: Worklo
     for label, shift, values, colour in bars:
         ax.bar(x + shift, values, 0.38, color=colour, label=label)
         for xi, value in zip(x, values):
-            ax.text(xi + shift, value, f"{value:.1f}", ha="center", va="bottom", fontsize=8)
+            ax.text(xi + shift, value, f"{value:.1f}", ha="center", va="bottom", fontsize=10)
     ax.set_xticks(x, [POLICY_LABELS[p] for p in results])
     ax.set_ylabel("average running requests (batch size)")
     name = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}.get(dataset, dataset)
