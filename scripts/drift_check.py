@@ -12,16 +12,23 @@ of pagedlib (a wheel), then, from a folder outside the checkout:
 4. ``notebooks``: the two kernel chapters (``*triton_kernel*``, ``*faster_kernels*``) under
    ``nbval-lax``: every cell runs, every assert holds.
 
-It prints the matrix as a markdown table, and exits 1 if any cell departs from its expectation
-(which is how a newer triton or numpy that breaks the course, or fixes a known problem, shows up).
+What each cell must give comes from ``pagedlib.runtime.RULES``, asked inside the cell's venv: no
+rule, everything passes and the guard stays quiet; a rule that warns, the guard warns and the
+interpreted tests and notebooks fail (a T4 rule: the sm_75 compile fails); a rule that refuses, the
+import refuses, the notebooks stop at their setup cell with the fix, and the tests, run with the
+refusal bypassed, fail on wrong values. It prints the matrix as a markdown table and exits 1 if any
+cell departs from the rules: that is how a new triton or numpy that breaks the course, or fixes a
+known problem, shows up.
 
-    python scripts/drift_check.py                      # the whole matrix (make drift)
-    python scripts/drift_check.py --cells 3.2 newest   # some cells, by name
-    python scripts/drift_check.py --list               # the cells and their expectations
+    python scripts/drift_check.py                        # the matrix (make drift)
+    python scripts/drift_check.py --cells 3.2.0/2.3.5    # some cells, by name
+    python scripts/drift_check.py --cells 3.5.1/2.4.*    # any other triton/numpy pair
+    python scripts/drift_check.py --list                 # the matrix's cells
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -38,36 +45,29 @@ NOTEBOOK_STEMS = ("triton_kernel", "faster_kernels")
 TOOLS = ("transformers", "matplotlib", "ipywidgets", "tqdm", "pytest", "nbval", "ipykernel")
 CAPABILITIES = (75, 80, 90)
 IGNORE_RULES_VAR = "PAGEDLIB_IGNORE_VERSION_RULES"   # pagedlib.runtime's bypass of a refusal
+NEWEST = "newest"
 
-
-@dataclass(frozen=True)
-class Cell:
-    """One combination and what it must give: guard "ok" | "warned" | "refused"; tests and
-    notebooks "pass" | "fail" | None (not run); aot: the capabilities expected to fail to compile."""
-    name: str
-    triton: str                       # a pip requirement: "triton==3.2.0", or "triton" for the newest
-    numpy: str
-    guard: str
-    tests: str | None = "pass"
-    aot_fails: tuple[int, ...] | None = ()
-    notebooks: str | None = "pass"
-    why: str = ""
-
-
-MATRIX: tuple[Cell, ...] = (
-    Cell("3.1", "triton==3.1.0", "numpy==2.3.5", guard="refused", tests="fail", aot_fails=None,
-         notebooks=None, why="wrong results with no error: refused on import"),
-    Cell("3.2", "triton==3.2.0", "numpy==2.3.5", guard="ok", why="the oldest triton tested"),
-    Cell("3.3", "triton==3.3.1", "numpy==2.3.5", guard="ok", aot_fails=(75,),
-         why="cannot compile fp16 for a T4 (warned on such a GPU)"),
-    Cell("3.6", "triton==3.6.0", "numpy>=2.4", guard="warned", tests="fail", notebooks="fail",
-         why="fails loudly with numpy 2.4: the guard must warn"),
-    Cell("3.7.1", "triton==3.7.1", "numpy", guard="ok", why="the triton torch 2.13's CUDA wheel pins"),
-    Cell("newest", "triton", "numpy", guard="ok", why="the newest of both"),
+# "triton/numpy": an exact version, a pip wildcard ("2.4.*": the newest 2.4) or "newest".
+MATRIX: tuple[str, ...] = (
+    "3.1.0/2.3.5",        # wrong results with no error: refused on import
+    "3.2.0/2.3.5",        # the oldest triton tested
+    "3.3.1/2.3.5",        # cannot compile fp16 for a T4 (sm_75)
+    "3.4.0/2.3.5",        # the fix for that
+    "3.6.0/2.3.5",        # the newest triton that needs numpy < 2.4 ...
+    "3.6.0/2.4.*",        # ... and fails loudly with 2.4: the guard must warn
+    "3.7.1/newest",       # the triton torch 2.13's CUDA wheel pins
+    "newest/newest",      # the newest of both
 )
 
-AOT_SCRIPT = r'''
-"""Compile every pagedlib kernel for one GPU: argv = kernels folder, compute capability."""
+
+def requirement(package: str, version: str) -> str:
+    """The pip requirement for one side of a cell name."""
+    return package if version == NEWEST else f"{package}=={version}"
+
+
+AOT_SCRIPT = r"""
+# Compile every pagedlib kernel for one GPU, fp16: argv = the kernels folder, a compute capability.
+# The same harness as tests/test_attention.py's (which compiles for sm_90 and checks T4 tile sizes).
 import importlib.util, os, sys, types
 os.environ.pop("TRITON_INTERPRET", None)       # compile for real: no interpreter in this process
 import triton
@@ -84,15 +84,10 @@ TYPES = {"block_tables": "*i32", "seq_lens": "*i32", "query_start_loc": "*i32", 
          "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "num_splits": "i32"}
 META = dict(GROUP=4, GROUP_PAD=16, BLOCK_M=32, BLOCK_SIZE=16, TILE=64, HEAD_DIM=80, HEAD_DIM_PAD=128,
             DOT_PRECISION="tf32", SPLITS_PAD=8, NUM_KV_HEADS=3, HEADS_PAD=4)
-OLD_API = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3)
 def source(fn, dtype):
-    kind = lambda p: TYPES.get(p.name, "i32" if p.name.startswith("stride") else dtype)
-    if OLD_API:   # triton < 3.3: constexprs by index, absent from the signature
-        consts = {i: META[p.name] for i, p in enumerate(fn.params) if p.is_constexpr}
-        sig = {i: kind(p) for i, p in enumerate(fn.params) if not p.is_constexpr}
-        return ASTSource(fn, sig, consts)
     consts = {p.name: META[p.name] for p in fn.params if p.is_constexpr}
-    sig = {p.name: "constexpr" if p.is_constexpr else kind(p) for p in fn.params}
+    sig = {p.name: "constexpr" if p.is_constexpr else
+           TYPES.get(p.name, "i32" if p.name.startswith("stride") else dtype) for p in fn.params}
     return ASTSource(fn, sig, consts)
 failed = 0
 for module, name in [("decode", "decode_kernel"), ("split_k", "split_kernel"),
@@ -107,13 +102,46 @@ for module, name in [("decode", "decode_kernel"), ("split_k", "split_kernel"),
         failed += 1
         print(f"FAIL {name}: {type(error).__name__}: {str(error).strip().splitlines()[-1][:160]}")
 sys.exit(1 if failed else 0)
-'''
+"""
+
+# Asked inside the cell's venv: its versions and what pagedlib's rules say about them, on this
+# CPU (the interpreter) and on a T4 (compiled, compute capability 7.5).
+RULES_SCRIPT = r"""
+import json, os, warnings
+warnings.simplefilter("ignore")
+import pagedlib
+from pagedlib import runtime
+assert pagedlib.__file__.startswith(os.environ["VENV"]), f"pagedlib imported from {pagedlib.__file__}"
+assert os.environ.get("TRITON_INTERPRET") == "1", "pagedlib did not switch the interpreter on"
+here = runtime.current_versions()
+t4 = runtime.Versions(here.torch, here.triton, here.numpy, interpret=False, capability=(7, 5))
+print(json.dumps({"versions": f"{here.torch}, {here.triton}, {here.numpy}",
+                  "interpreter": [r.refuse for r in runtime.problems(here)],
+                  "t4": [r.refuse for r in runtime.problems(t4)]}))
+"""
+
+
+@dataclass
+class Expected:
+    """What a cell must give, from pagedlib's rules for its versions."""
+    guard: str                                  # "ok" | "warned" | "refused"
+    tests: str                                  # "pass" | "fail"
+    aot_fails: tuple[int, ...]
+    notebooks: str
+
+    @classmethod
+    def from_rules(cls, interpreter: list[bool], t4: list[bool]) -> "Expected":
+        guard = "refused" if any(interpreter) else "warned" if interpreter else "ok"
+        # the tests include an sm_75 compile (tests/test_attention.py), so a T4 rule fails them too
+        return cls(guard=guard, tests="fail" if interpreter or t4 else "pass",
+                   aot_fails=(75,) if t4 else (), notebooks="fail" if interpreter else "pass")
 
 
 @dataclass
 class Result:
     """What one cell gave, with the time each step took (seconds)."""
     versions: str = ""
+    expected: Expected | None = None
     guard: str = ""
     tests: str | None = None
     tests_summary: str = ""
@@ -130,7 +158,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 3600) -> 
     try:
         return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as error:
-        return subprocess.CompletedProcess(cmd, 124, error.stdout or "", f"timed out after {timeout} s")
+        return subprocess.CompletedProcess(cmd, 124, str(error.stdout or ""), f"timed out after {timeout} s")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -169,16 +197,24 @@ def constraints(work: Path) -> Path:
     return path
 
 
-def make_venv(cell: Cell, work: Path, wheel: Path, pins: Path) -> Path:
+def slug(cell: str) -> str:
+    """A folder name for a cell: '3.6.0/2.4.*' -> 'triton-3.6.0-numpy-2.4.x'."""
+    triton, numpy = cell.split("/")
+    return f"triton-{triton}-numpy-{numpy}".replace("*", "x")
+
+
+def make_venv(cell: str, work: Path, wheel: Path, pins: Path) -> Path:
     """The cell's venv (reused when it exists), with pagedlib's wheel installed afresh."""
-    venv = work / f"venv-{cell.name}"
+    venv = work / f"venv-{slug(cell)}"
     python = venv / "bin" / "python"
     if not python.exists():
         done = run([sys.executable, "-m", "venv", str(venv)], cwd=work, env=clean_env())
         if done.returncode:
             raise SystemExit(f"python -m venv failed: {done.stderr}")
+    triton, numpy = cell.split("/")
     torch_pin = next(line for line in pins.read_text().splitlines() if line.startswith("torch=="))
-    steps = [["install", "--quiet", "--upgrade", torch_pin, cell.triton, cell.numpy, *TOOLS, "-c", str(pins)],
+    steps = [["install", "--quiet", "--upgrade", torch_pin, requirement("triton", triton),
+              requirement("numpy", numpy), *TOOLS, "-c", str(pins)],
              ["install", "--quiet", "--no-deps", "--force-reinstall", str(wheel)]]
     for step in steps:
         done = run([str(python), "-m", "pip", *step], cwd=work, env=clean_env())
@@ -187,35 +223,36 @@ def make_venv(cell: Cell, work: Path, wheel: Path, pins: Path) -> Path:
     return python
 
 
-def check_guard(python: Path, here: Path, venv: Path) -> tuple[str, str]:
-    """(verdict of the guard, the versions) of `import pagedlib` in the cell's venv."""
-    code = ("import os, warnings\nwarnings.simplefilter('always')\n"
-            "import torch, numpy, triton\n"
-            "print(torch.__version__, triton.__version__, numpy.__version__)\n"
-            "import pagedlib\n"
-            "assert pagedlib.__file__.startswith(os.environ['VENV']), pagedlib.__file__\n"
-            "assert os.environ.get('TRITON_INTERPRET') == '1', 'the runtime did not set the interpreter'\n")
-    done = run([str(python), "-c", code], cwd=here, env=clean_env(VENV=str(venv)))
-    versions = done.stdout.strip().splitlines()[0] if done.stdout.strip() else "?"
-    if "UnsupportedVersions" in done.stderr:
-        return "refused", versions
-    if done.returncode:
-        raise SystemExit(f"import pagedlib failed in {venv}:\n{done.stderr[-2000:]}")
-    return ("warned" if "VersionWarning" in done.stderr else "ok"), versions
+def check_guard(python: Path, here: Path, venv: Path, result: Result) -> None:
+    """The rules' expectation for the venv's versions, and what a plain `import pagedlib` does."""
+    asked = run([str(python), "-c", RULES_SCRIPT], cwd=here,
+                env=clean_env(VENV=str(venv), **{IGNORE_RULES_VAR: "1"}))
+    if asked.returncode:
+        raise SystemExit(f"asking pagedlib's rules failed in {venv}:\n{asked.stderr[-2000:]}")
+    answer = json.loads(asked.stdout.strip().splitlines()[-1])
+    result.versions = answer["versions"]
+    result.expected = Expected.from_rules(answer["interpreter"], answer["t4"])
+    plain = run([str(python), "-W", "always", "-c", "import pagedlib"], cwd=here, env=clean_env())
+    if "UnsupportedVersions" in plain.stderr:
+        result.guard = "refused"
+    elif plain.returncode:
+        raise SystemExit(f"import pagedlib failed in {venv}:\n{plain.stderr[-2000:]}")
+    else:
+        result.guard = "warned" if "VersionWarning" in plain.stderr else "ok"
 
 
 def pytest_summary(output: str) -> str:
     """pytest's closing counts, e.g. '101 failed, 154 passed'."""
-    counts = re.findall(r"(\d+) (passed|failed|errors?|skipped)", output.strip().splitlines()[-1]
-                        if output.strip() else "")
+    last = output.strip().splitlines()[-1] if output.strip() else ""
+    counts = re.findall(r"(\d+) (passed|failed|errors?|skipped)", last)
     return ", ".join(f"{n} {word}" for n, word in counts) or "no summary"
 
 
-def first_error(output: str) -> str:
+def common_error(output: str) -> str:
     """The most common reason among pytest's FAILED/ERROR lines."""
     reasons = [line.split(" - ", 1)[1] for line in output.splitlines()
                if line.startswith(("FAILED ", "ERROR ")) and " - " in line]
-    return max(set(reasons), key=reasons.count)[:140] if reasons else ""
+    return max(set(reasons), key=reasons.count)[:120] if reasons else ""
 
 
 PYTEST_INI = """[pytest]
@@ -225,146 +262,150 @@ filterwarnings = ignore::DeprecationWarning:jupyter_client.*
 """
 
 
-def run_tests(python: Path, here: Path, cell: Cell, result: Result) -> None:
-    """The kernel and engine tests, copied next to a pytest.ini outside the checkout."""
+def run_tests(python: Path, here: Path, result: Result) -> None:
+    """The kernel and engine tests, copied next to a pytest.ini outside the checkout; on refused
+    versions with the refusal bypassed, so the rule itself is put to the test."""
     tests = here / "tests"
     tests.mkdir(exist_ok=True)
     for name in TEST_FILES:
         shutil.copy(ROOT / "tests" / name, tests / name)
-    (here / "pytest.ini").write_text(PYTEST_INI)
-    extra = {IGNORE_RULES_VAR: "1"} if cell.guard == "refused" else {}
+    extra = {IGNORE_RULES_VAR: "1"} if result.guard == "refused" else {}
     done = run([str(python), "-m", "pytest", "-q", "-c", "pytest.ini", "--rootdir", ".", "tests"],
                cwd=here, env=clean_env(TRITON_CACHE_DIR=str(here / "triton-cache"), **extra))
     (here / "tests.log").write_text(done.stdout + done.stderr)
     result.tests = "pass" if done.returncode == 0 else "fail"
     result.tests_summary = pytest_summary(done.stdout)
-    result.first_error = first_error(done.stdout)
+    result.first_error = common_error(done.stdout)
 
 
 def run_aot(python: Path, here: Path, venv: Path, result: Result) -> None:
-    """Compile every kernel of the installed pagedlib for each capability."""
+    """Compile every kernel of the installed pagedlib for each capability, from a cold cache."""
     (here / "aot.py").write_text(AOT_SCRIPT)
     kernels = next(venv.glob("lib/python*/site-packages/pagedlib/kernels"))
     fails, errors = [], []
     for capability in CAPABILITIES:
+        cache = here / f"aot-cache-{capability}"
         done = run([str(python), "aot.py", str(kernels), str(capability)], cwd=here,
-                   env=clean_env(TRITON_CACHE_DIR=str(here / f"aot-cache-{capability}")), timeout=900)
+                   env=clean_env(TRITON_CACHE_DIR=str(cache)), timeout=900)
         if done.returncode:
             fails.append(capability)
             bad = [l for l in done.stdout.splitlines() if l.startswith("FAIL")] or [done.stderr[-300:]]
             errors.append(f"sm_{capability}: " + "; ".join(bad))
-        shutil.rmtree(here / f"aot-cache-{capability}", ignore_errors=True)   # cold cache next time
+        shutil.rmtree(cache, ignore_errors=True)
     result.aot_fails, result.aot_errors = tuple(fails), "\n".join(errors)
+    (here / "aot.log").write_text(result.aot_errors or "every kernel compiled for every capability\n")
 
 
 def run_notebooks(python: Path, here: Path, result: Result) -> None:
-    """The two kernel chapters, every cell run under nbval-lax (errors and failed asserts count)."""
+    """The two kernel chapters, every cell run under nbval-lax (errors and failed asserts count),
+    with no bypass: on refused versions they must stop at the setup cell, with the fix."""
     folder = here / "notebooks"
     folder.mkdir(exist_ok=True)
-    paths = []
+    names = []
     for stem in NOTEBOOK_STEMS:
         (path,) = (ROOT / "notebooks").glob(f"*{stem}*.ipynb")
-        paths.append(shutil.copy(path, folder / path.name))
+        shutil.copy(path, folder / path.name)
+        names.append(f"notebooks/{path.name}")
     done = run([str(python), "-m", "pytest", "-q", "-c", "pytest.ini", "--rootdir", ".", "--nbval-lax",
-                "--nbval-cell-timeout", "1800", *[str(Path(p).relative_to(here)) for p in paths]],
+                "--nbval-cell-timeout", "1800", *names],
                cwd=here, env=clean_env(TRITON_CACHE_DIR=str(here / "triton-cache")))
     (here / "notebooks.log").write_text(done.stdout + done.stderr)
     result.notebooks = "pass" if done.returncode == 0 else "fail"
     result.notebooks_summary = pytest_summary(done.stdout) + " cells"
+    if result.guard == "refused" and "UnsupportedVersions" in done.stdout:
+        result.notebooks_summary += ", refused at setup"
 
 
-def check_cell(cell: Cell, work: Path, wheel: Path, pins: Path, steps: set[str]) -> Result:
+def check_cell(cell: str, work: Path, wheel: Path, pins: Path, steps: set[str]) -> Result:
     """Build the cell's venv and run the selected steps, timing each."""
     result = Result()
     clock = time.monotonic()
     python = make_venv(cell, work, wheel, pins)
     venv = python.parent.parent
-    here = work / f"run-{cell.name}"
+    here = work / f"run-{slug(cell)}"
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir()
+    (here / "pytest.ini").write_text(PYTEST_INI)
     result.times["venv"] = time.monotonic() - clock
-    result.guard, result.versions = check_guard(python, here, venv)
-    plan = [("tests", cell.tests is not None, lambda: run_tests(python, here, cell, result)),
-            ("aot", cell.aot_fails is not None, lambda: run_aot(python, here, venv, result)),
-            ("notebooks", cell.notebooks is not None, lambda: run_notebooks(python, here, result))]
-    for name, wanted, step in plan:
-        if wanted and name in steps:
+    check_guard(python, here, venv, result)
+    plan = {"tests": lambda: run_tests(python, here, result),
+            "aot": lambda: run_aot(python, here, venv, result),
+            "notebooks": lambda: run_notebooks(python, here, result)}
+    for name, step in plan.items():
+        if name in steps:
             clock = time.monotonic()
             step()
             result.times[name] = time.monotonic() - clock
-            print(f"  {cell.name}: {name} done in {result.times[name]:.0f} s", flush=True)
+            print(f"  {cell}: {name} done in {result.times[name]:.0f} s", flush=True)
     return result
 
 
-def departures(cell: Cell, result: Result, steps: set[str]) -> list[str]:
-    """Where the result differs from the cell's expectation (steps not run are not judged)."""
-    out = [] if result.guard == cell.guard else [f"guard {result.guard}, expected {cell.guard}"]
-    if "tests" in steps and result.tests != cell.tests:
-        out.append(f"tests {result.tests}, expected {cell.tests}")
-    if "aot" in steps and result.aot_fails != cell.aot_fails:
-        out.append(f"aot fails on {result.aot_fails}, expected {cell.aot_fails}")
-    if "notebooks" in steps and result.notebooks != cell.notebooks:
-        out.append(f"notebooks {result.notebooks}, expected {cell.notebooks}")
-    return out
+def departures(result: Result) -> list[str]:
+    """Where the result differs from what the rules expect (steps not run are not judged)."""
+    want = result.expected
+    got = {"guard": result.guard, "tests": result.tests, "aot": result.aot_fails,
+           "notebooks": result.notebooks}
+    expected = {"guard": want.guard, "tests": want.tests, "aot": want.aot_fails,
+                "notebooks": want.notebooks}
+    return [f"{key} {got[key]}, the rules expect {expected[key]}" for key in got
+            if got[key] is not None and got[key] != expected[key]]
 
 
-def table(rows: list[tuple[Cell, Result, list[str]]]) -> str:
+def table(rows: list[tuple[str, Result, list[str]]]) -> str:
     """The matrix as a markdown table."""
-    lines = ["| cell | torch, triton, numpy | guard | kernel + engine tests | AOT compile "
-             "sm_75 / sm_80 / sm_90 | notebooks | as expected | minutes (venv, tests, aot, nb) |",
+    lines = ["| triton / numpy | torch, triton, numpy | guard | kernel + engine tests | "
+             "AOT sm_75 / sm_80 / sm_90 | notebooks 08, 09 | as the rules say | minutes |",
              "|---|---|---|---|---|---|---|---|"]
     for cell, r, off in rows:
-        tests = "-" if r.tests is None else f"{r.tests_summary}" + (f": `{r.first_error}`"
-                                                                    if r.first_error else "")
+        tests = "-" if r.tests is None else r.tests_summary + (
+            f": `{r.first_error}`" if r.first_error else "")
         aot = "-" if r.aot_fails is None else " / ".join(
             "fail" if c in r.aot_fails else "ok" for c in CAPABILITIES)
         nbs = "-" if r.notebooks is None else f"{r.notebooks} ({r.notebooks_summary})"
-        mins = ", ".join(f"{r.times[k] / 60:.1f}" if k in r.times else "-"
-                         for k in ("venv", "tests", "aot", "notebooks"))
-        lines.append(f"| {cell.name} | {r.versions} | {r.guard} | {tests} | {aot} | {nbs} | "
+        mins = f"{sum(r.times.values()) / 60:.1f} (" + ", ".join(
+            f"{k} {v / 60:.1f}" for k, v in r.times.items()) + ")"
+        lines.append(f"| {cell} | {r.versions} | {r.guard} | {tests} | {aot} | {nbs} | "
                      f"{'yes' if not off else 'NO: ' + '; '.join(off)} | {mins} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", nargs="*", help="cell names (default: all); see --list")
+    parser.add_argument("--cells", nargs="*", help="triton/numpy pairs (default: the matrix)")
     parser.add_argument("--steps", default="tests,aot,notebooks",
-                        help="comma-separated steps to run after the guard (default: all)")
+                        help="comma-separated steps after the guard (default: tests,aot,notebooks)")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get(
         "DRIFT_WORK", Path.home() / ".cache" / "pagedlib-drift")), help="where the venvs live")
-    parser.add_argument("--list", action="store_true", help="print the cells and exit")
+    parser.add_argument("--list", action="store_true", help="print the matrix's cells and exit")
     args = parser.parse_args(argv)
     if args.list:
-        for c in MATRIX:
-            print(f"{c.name:8} {c.triton:16} {c.numpy:14} guard {c.guard:8} tests {c.tests} "
-                  f"aot fails {c.aot_fails} notebooks {c.notebooks}  ({c.why})")
+        print("\n".join(MATRIX))
         return 0
-    names = {c.name for c in MATRIX}
-    unknown = set(args.cells or ()) - names
-    if unknown:
-        parser.error(f"--cells: unknown {sorted(unknown)}; choose from {sorted(names)}")
+    cells = args.cells or list(MATRIX)
+    for cell in cells:
+        if not re.fullmatch(r"(newest|[\d.]+)/(newest|[\d.]+\*?)", cell):
+            parser.error(f"--cells: each cell is triton/numpy like 3.2.0/2.3.5, 3.6.0/2.4.* or "
+                         f"newest/newest; got {cell!r}")
     steps = set(args.steps.split(",")) - {""}
     if steps - {"tests", "aot", "notebooks"}:
         parser.error(f"--steps must be among tests, aot, notebooks; got {args.steps!r}")
-    cells = [c for c in MATRIX if not args.cells or c.name in args.cells]
     args.work.mkdir(parents=True, exist_ok=True)
     wheel, pins = build_wheel(args.work), constraints(args.work)
-    rows = []
+    rows, start = [], time.monotonic()
     for cell in cells:
-        start = time.monotonic()
-        print(f"cell {cell.name}: {cell.triton}, {cell.numpy} ({cell.why})", flush=True)
+        print(f"cell triton/numpy {cell}", flush=True)
         result = check_cell(cell, args.work, wheel, pins, steps)
-        off = departures(cell, result, steps)
+        off = departures(result)
         rows.append((cell, result, off))
-        print(f"  {cell.name}: {'as expected' if not off else '; '.join(off)} "
-              f"({(time.monotonic() - start) / 60:.1f} min)", flush=True)
+        print(f"  {cell} ({result.versions}): {'as the rules say' if not off else '; '.join(off)} "
+              f"({sum(result.times.values()) / 60:.1f} min)", flush=True)
         if result.aot_errors:
             print("  " + result.aot_errors.replace("\n", "\n  "), flush=True)
     print()
     print(table(rows))
     bad = sum(1 for _, _, off in rows if off)
-    print(f"\n{len(rows) - bad} of {len(rows)} cells as expected")
+    print(f"\n{len(rows) - bad} of {len(rows)} cells as the rules say, "
+          f"in {(time.monotonic() - start) / 60:.1f} min (logs in {args.work}/run-*)")
     return 1 if bad else 0
 
 
