@@ -49,6 +49,7 @@ NEWEST = "newest"
 
 # "triton/numpy": an exact version, a pip wildcard ("2.4.*": the newest 2.4) or "newest".
 MATRIX: tuple[str, ...] = (
+    "3.1.0/1.26.4",       # the floors of pyproject.toml
     "3.1.0/2.3.5",        # wrong results with no error: refused on import
     "3.2.0/2.3.5",        # the oldest triton tested
     "3.3.1/2.3.5",        # cannot compile fp16 for a T4 (sm_75)
@@ -213,7 +214,7 @@ def make_venv(cell: str, work: Path, wheel: Path, pins: Path) -> Path:
             raise SystemExit(f"python -m venv failed: {done.stderr}")
     triton, numpy = cell.split("/")
     torch_pin = next(line for line in pins.read_text().splitlines() if line.startswith("torch=="))
-    steps = [["install", "--quiet", "--upgrade", torch_pin, requirement("triton", triton),
+    steps = [["install", "--quiet", "--no-compile", "--upgrade", torch_pin, requirement("triton", triton),
               requirement("numpy", numpy), *TOOLS, "-c", str(pins)],
              ["install", "--quiet", "--no-deps", "--force-reinstall", str(wheel)]]
     for step in steps:
