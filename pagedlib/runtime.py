@@ -182,7 +182,7 @@ def verdict(versions: Versions | None = None) -> str:
     return "\n".join(("refused: " if r.refuse else "warning: ") + explain(r, versions) for r in found)
 
 
-check_versions()
+check_versions()  # on import: pagedlib's kernels are defined after this module, so none has run yet
 
 
 def gpu_name() -> str | None:

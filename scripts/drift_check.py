@@ -167,7 +167,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     interpreter: pagedlib must find its own way."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "TRITON_INTERPRET", "VIRTUAL_ENV", IGNORE_RULES_VAR)}
-    env.update(OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MPLBACKEND="Agg", **extra)
+    env.update(OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MPLBACKEND="Agg", COLUMNS="240", **extra)
     return env
 
 
