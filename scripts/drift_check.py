@@ -291,6 +291,7 @@ def run_aot(python: Path, here: Path, venv: Path, result: Result) -> None:
         if done.returncode:
             fails.append(capability)
             bad = [l for l in done.stdout.splitlines() if l.startswith("FAIL")] or [done.stderr[-300:]]
+            bad += [l[:160] for l in done.stderr.splitlines() if l.startswith("Unsupported")][:1]
             errors.append(f"sm_{capability}: " + "; ".join(bad))
         shutil.rmtree(cache, ignore_errors=True)
     result.aot_fails, result.aot_errors = tuple(fails), "\n".join(errors)
