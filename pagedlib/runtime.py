@@ -64,22 +64,25 @@ RULES: tuple[Rule, ...] = (
          problem="the Triton interpreter of triton 3.0 and 3.1 gives wrong results with numpy 2, "
                  "without an error (kernel stores never land, NaN leaks into outputs)",
          fix='pip install "numpy<2"',
-         measured="drift check, cell triton 3.1.0 + numpy 2.3.5 (refusal bypassed): kernel tests "
-                  "fail on wrong values; with numpy 1.26.4 all pass"),
+         measured="drift check, 2026-12-01: triton 3.0.0 and 3.1.0 with numpy 2.3.5 (refusal "
+                  "bypassed): 103 of the 255 kernel and engine tests fail on wrong values, none "
+                  "raises; triton 3.1.0 with numpy 1.26.4: all 255 pass"),
     Rule(refuse=False, triton=((3, 2), (3, 7)), numpy=((2, 4), None), where="interpreter",
          problem="the Triton interpreter of triton 3.2 to 3.6 fails with numpy 2.4 on a loop bound "
                  "loaded from memory: InterpreterError: TypeError('only 0-dimensional arrays can be "
                  "converted to Python scalars')",
          fix='pip install "numpy<2.4"',
-         measured="drift check, cell triton 3.6.0 + numpy 2.4.6: kernel tests fail with that error; "
-                  "with numpy 2.3.5 (triton 3.2.0, 3.3.1, 3.6.0) and from triton 3.7.0 on, all pass"),
+         measured="drift check, 2026-12-01: triton 3.5.1 and 3.6.0 with numpy 2.4.6: 101 of 255 "
+                  "tests fail with that error; triton 3.2.0 to 3.6.0 with numpy 2.3.5, and 3.7.1, "
+                  "3.8.0, 3.9.0 with numpy 2.4.6: all 255 pass"),
     Rule(refuse=False, triton=((3, 3), (3, 4)), numpy=(None, None), where="sm_75",
          problem="triton 3.3 cannot compile pagedlib's fp16 decode, split-K and prefill kernels for "
                  "a compute capability 7.5 GPU (a T4): 'Unsupported conversion from f16 to f16' "
                  "(an upstream triton bug)",
          fix='pip install "triton>=3.4"',
-         measured="drift check, cell triton 3.3.1: the ahead-of-time compile test fails for sm_75 "
-                  "and passes for sm_80 and sm_90; it passes for sm_75 with triton 3.2 and 3.4 on"),
+         measured="drift check, 2026-12-01, compiling ahead of time: triton 3.3.1 fails on "
+                  "decode, split-K and prefill for sm_75 and compiles all five kernels for sm_80 and "
+                  "sm_90; every other triton measured (3.0.0 to 3.9.0) compiles them all for sm_75"),
 )
 
 
