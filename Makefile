@@ -1,8 +1,8 @@
 # Paged attention from scratch: two commands do everything.
 #   make test   unit tests + every notebook under nbval (stored outputs must be current)
 #   make book   the static website, built strictly, into _build/html
-#   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (slow: fresh venvs, ~GBs)
-# Both create .venv with the pinned requirements and pagedlib (editable) when it is missing.
+#   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: over an hour)
+# Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
