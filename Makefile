@@ -1,7 +1,7 @@
 # Paged attention from scratch: two commands do everything.
 #   make test   unit tests + every notebook under nbval (stored outputs must be current)
 #   make book   the static website, built strictly, into _build/html
-#   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: over an hour)
+#   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
 # Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
 PYTHON ?= python3
 VENV   := .venv

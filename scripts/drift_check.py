@@ -47,16 +47,21 @@ CAPABILITIES = (75, 80, 90)
 IGNORE_RULES_VAR = "PAGEDLIB_IGNORE_VERSION_RULES"   # pagedlib.runtime's bypass of a refusal
 NEWEST = "newest"
 
-# "triton/numpy": an exact version, a pip wildcard ("2.4.*": the newest 2.4) or "newest".
+# "triton/numpy": an exact version, a pip wildcard ("2.4.*": the newest 2.4) or "newest". Every row
+# of the README's "Tested combinations" is a cell.
 MATRIX: tuple[str, ...] = (
+    "3.0.0/2.3.5",        # wrong results with no error: refused on import
     "3.1.0/1.26.4",       # the floors of pyproject.toml
     "3.1.0/2.3.5",        # wrong results with no error: refused on import
-    "3.2.0/2.3.5",        # the oldest triton tested
+    "3.1.0/2.4.*",        # fails loudly, refused all the same
+    "3.2.0/2.3.5",        # the oldest triton that takes numpy 2 (the cell CI runs)
     "3.3.1/2.3.5",        # cannot compile fp16 for a T4 (sm_75)
     "3.4.0/2.3.5",        # the fix for that
+    "3.5.1/2.4.*",        # fails loudly with numpy 2.4: the guard must warn
     "3.6.0/2.3.5",        # the newest triton that needs numpy < 2.4 ...
     "3.6.0/2.4.*",        # ... and fails loudly with 2.4: the guard must warn
     "3.7.1/newest",       # the triton torch 2.13's CUDA wheel pins
+    "3.8.0/newest",
     "newest/newest",      # the newest of both
 )
 

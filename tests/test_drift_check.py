@@ -50,11 +50,15 @@ def test_the_matrix_covers_every_rule_and_the_issue_s_cells():
 def test_pyproject_floors_are_cells_of_the_matrix():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     floor = {d.split(">=")[0]: d.split(">=")[1].split(";")[0].strip() for d in deps if ">=" in d}
-    pinned = [tuple(runtime.release(v)[:2] for v in c.split("/")) for c in drift_check.MATRIX
-              if drift_check.NEWEST not in c]
-    assert (runtime.release(floor["triton"]), runtime.release(floor["numpy"])) in pinned
-    assert min(t for t, _ in pinned) == runtime.release(floor["triton"])
-    assert min(n for _, n in pinned) == runtime.release(floor["numpy"])
+    good = [tuple(runtime.release(v)[:2] for v in c.split("/")) for c in drift_check.MATRIX
+            if drift_check.NEWEST not in c and _problems(c) == ([], [])]
+    assert (runtime.release(floor["triton"]), runtime.release(floor["numpy"])) in good
+    assert min(t for t, _ in good) == runtime.release(floor["triton"])
+    assert min(n for _, n in good) == runtime.release(floor["numpy"])
+
+
+def test_the_bypass_is_the_one_pagedlib_reads():
+    assert drift_check.IGNORE_RULES_VAR == runtime.IGNORE_RULES_VAR
 
 
 def test_a_departure_names_the_step_and_both_values():
