@@ -255,7 +255,11 @@ def pytest_summary(output: str) -> str:
 
 
 def common_error(output: str) -> str:
-    """The most common reason among pytest's FAILED/ERROR lines."""
+    """The most common reason among pytest's FAILED/ERROR lines, or the test a crash happened in."""
+    crash = re.search(r"Fatal Python error: (.*)", output)
+    if crash:                                       # the test's frame is the innermost one in tests/
+        where = re.findall(r'tests/(\S+)", line \d+ in (\w+)', output)
+        return f"crashed: {crash.group(1).strip()}" + (f" in {where[0][0]}::{where[0][1]}" if where else "")
     reasons = [line.split(" - ", 1)[1] for line in output.splitlines()
                if line.startswith(("FAILED ", "ERROR ")) and " - " in line]
     return max(set(reasons), key=reasons.count)[:120] if reasons else ""
@@ -281,7 +285,7 @@ def run_tests(python: Path, here: Path, result: Result) -> None:
     (here / "tests.log").write_text(done.stdout + done.stderr)
     result.tests = "pass" if done.returncode == 0 else "fail"
     result.tests_summary = pytest_summary(done.stdout)
-    result.first_error = common_error(done.stdout)
+    result.first_error = common_error(done.stdout + done.stderr)
 
 
 def run_aot(python: Path, here: Path, venv: Path, result: Result) -> None:

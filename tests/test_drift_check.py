@@ -89,3 +89,13 @@ def test_a_malformed_cell_is_refused_with_the_form_it_needs(capsys):
     with pytest.raises(SystemExit):
         drift_check.main(["--cells", "3.2"])
     assert "each cell is triton/numpy like 3.2.0/2.3.5" in capsys.readouterr().err
+
+
+def test_a_crashed_test_run_names_the_crash_and_its_test():
+    out = ("........Fatal Python error: Segmentation fault\n\nCurrent thread 0x7f (most recent call first):\n"
+           '  File "/x/site-packages/triton/runtime/interpreter.py", line 381 in create_masked_load\n'
+           '  File "/x/run/tests/test_attention_errors.py", line 117 in test_validate_false\n'
+           '  File "/x/site-packages/_pytest/python.py", line 187 in pytest_pyfunc_call\n')
+    assert drift_check.common_error(out) == (
+        "crashed: Segmentation fault in test_attention_errors.py::test_validate_false")
+    assert drift_check.pytest_summary(out) == "no summary"
