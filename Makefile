@@ -1,7 +1,8 @@
 # Paged attention from scratch: two commands do everything.
 #   make test   unit tests + every notebook under nbval (stored outputs must be current)
 #   make book   the static website, built strictly, into _build/html
-# Both create .venv with the pinned requirements and pagedlib (editable) when it is missing.
+#   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
+# Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -13,7 +14,7 @@ export PYTHONHASHSEED := 0
 # and checked with the same setting so their stored outputs reproduce exactly.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test book lab serve notebooks unit nbval browser clean
+.PHONY: test book lab serve notebooks unit nbval browser drift clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,8 +39,11 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# JupyterLab refuses to start as root (a container, a cloud VM) without --allow-root.
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks
+	$(VENV)/bin/jupyter lab notebooks $(LAB_FLAGS)
 
 serve: book
 	@echo "Serving http://localhost:8000 (Ctrl-C to stop)"
@@ -48,6 +52,9 @@ serve: book
 notebooks: $(STAMP)
 	$(PY) scripts/sync_notebooks.py
 	$(PY) scripts/execute_notebooks.py notebooks/*.ipynb
+
+drift: $(STAMP)
+	$(PY) scripts/drift_check.py
 
 clean:
 	rm -rf _build

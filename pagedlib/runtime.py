@@ -2,20 +2,26 @@
 
 This is the one place that decides. Importing it (``import pagedlib`` does) sets
 ``TRITON_INTERPRET=1`` when no CUDA device is present, *before* any ``@triton.jit`` kernel of
-pagedlib is defined, so the same notebook cells run on a Colab GPU and on a laptop CPU.
+pagedlib is defined, so the same notebook cells run on a Colab GPU and on a laptop CPU. It then
+checks the torch / triton / numpy versions against ``RULES``, the known-bad combinations: one that
+gives wrong results with no error is refused (``UnsupportedVersions``, with the one pip command
+that fixes it) before any kernel can run; one that fails loudly gets a ``VersionWarning`` with the fix.
 
 - ``DEVICE``: ``torch.device("cuda")`` or ``torch.device("cpu")``; tensors for the kernels live here.
 - ``DTYPE``: the default floating dtype: fp16 on a GPU, fp32 on the CPU.
 - ``INTERPRET``: True when Triton kernels run through the interpreter.
-- ``env_report()``: a short text about Python, torch, triton and the device; ``print_env()`` prints it
-  with warnings about known traps.
+- ``problems()``: the rules this machine's versions break; ``env_report()``: Python, torch, triton,
+  numpy, the device and that verdict; ``print_env()`` prints it, with warnings about known traps.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
+import re
 import sys
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +34,158 @@ if not HAS_CUDA and os.environ.get("TRITON_INTERPRET") != "1":
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE: torch.device = torch.device("cuda" if HAS_CUDA and not INTERPRET else "cpu")
 DTYPE: torch.dtype = torch.float16 if DEVICE.type == "cuda" else torch.float32
+
+# ---- known-bad version combinations ----------------------------------------------------------
+# Measured by `python scripts/drift_check.py` (`make drift`): for each cell, a fresh venv with
+# torch 2.13.0 (CPU), the cell's triton and numpy and a non-editable `pip install` of pagedlib, run
+# from outside the checkout: the kernel and engine tests (255, through the interpreter), the
+# ahead-of-time compile test (sm_75, sm_80, sm_90) and the two kernel notebooks. The README's
+# "Tested combinations" section has the matrix, its command and its times.
+IGNORE_RULES_VAR = "PAGEDLIB_IGNORE_VERSION_RULES"  # "1": a refusal becomes a warning (the drift check)
+RESTART = "then restart Python (on Colab: Runtime > Restart session) and run the setup cell again"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A torch/triton/numpy combination known to break pagedlib: where it applies, what goes wrong,
+    the one pip command that fixes it, and how that was measured. Version bounds are half-open:
+    ``triton=((3, 2), (3, 7))`` means 3.2 <= triton < 3.7; ``None`` leaves a side open."""
+    refuse: bool                                   # wrong results with no error: refuse to run
+    triton: tuple[tuple[int, ...] | None, tuple[int, ...] | None]
+    numpy: tuple[tuple[int, ...] | None, tuple[int, ...] | None]
+    where: str                                     # "interpreter" or "sm_75" (a T4 GPU)
+    problem: str
+    fix: str
+    measured: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(refuse=True, triton=((3, 0), (3, 2)), numpy=((2, 0), None), where="interpreter",
+         problem="the Triton interpreter of triton 3.0 and 3.1 gives wrong results with numpy 2, "
+                 "without an error (kernel stores never land, NaN leaks into outputs)",
+         fix='pip install "numpy<2"',
+         measured="drift check, 2026-12-01: triton 3.0.0 and 3.1.0 with numpy 2.3.5 (refusal "
+                  "bypassed): 103 of the 255 kernel and engine tests fail on wrong values, none "
+                  "raises; triton 3.1.0 with numpy 1.26.4: all 255 pass"),
+    Rule(refuse=False, triton=((3, 2), (3, 7)), numpy=((2, 4), None), where="interpreter",
+         problem="the Triton interpreter of triton 3.2 to 3.6 fails with numpy 2.4 on a loop bound "
+                 "loaded from memory: InterpreterError: TypeError('only 0-dimensional arrays can be "
+                 "converted to Python scalars')",
+         fix='pip install "numpy<2.4"',
+         measured="drift check, 2026-12-01: triton 3.5.1 and 3.6.0 with numpy 2.4.6: 101 of 255 "
+                  "tests fail with that error; triton 3.2.0 to 3.6.0 with numpy 2.3.5, and 3.7.1, "
+                  "3.8.0, 3.9.0 with numpy 2.4.6: all 255 pass"),
+    Rule(refuse=False, triton=((3, 3), (3, 4)), numpy=(None, None), where="sm_75",
+         problem="triton 3.3 cannot compile pagedlib's fp16 decode, split-K and prefill kernels for "
+                 "a compute capability 7.5 GPU (a T4): 'Unsupported conversion from f16 to f16' "
+                 "(an upstream triton bug)",
+         fix='pip install "triton>=3.4"',
+         measured="drift check, 2026-12-01, compiling ahead of time: triton 3.3.1 fails on "
+                  "decode, split-K and prefill for sm_75 and compiles all five kernels for sm_80 and "
+                  "sm_90; every other triton measured (3.0.0 to 3.9.0) compiles them all for sm_75"),
+)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string: ``"3.7.1+git1a2b"`` -> ``(3, 7, 1)``."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    if match is None:
+        raise ValueError(f"version must start with digits like '3.7.1'; got {version!r}")
+    return tuple(int(part) for part in match.group(0).split("."))
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The versions and device the rules look at (``triton``/``numpy`` None when not installed)."""
+    torch: str
+    triton: str | None
+    numpy: str | None
+    interpret: bool
+    capability: tuple[int, int] | None             # the GPU's compute capability; None on the CPU
+
+
+def _version_of(name: str) -> str | None:
+    """The version of a package as Python will use it: the loaded module's if it is imported
+    (a `pip install` in a running notebook changes nothing until a restart), else the installed one."""
+    module = sys.modules.get(name)
+    if module is not None and hasattr(module, "__version__"):
+        return str(module.__version__)
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def current_versions() -> Versions:
+    """This process's versions and device."""
+    capability = torch.cuda.get_device_capability(0) if DEVICE.type == "cuda" else None
+    return Versions(torch=torch.__version__, triton=_version_of("triton"), numpy=_version_of("numpy"),
+                    interpret=INTERPRET, capability=capability)
+
+
+def _within(version: str | None, bounds: tuple[tuple[int, ...] | None, tuple[int, ...] | None]) -> bool:
+    low, high = bounds
+    if version is None:
+        return low is None and high is None         # a rule on a missing package never applies
+    ours = release(version)
+    return (low is None or ours >= low) and (high is None or ours < high)
+
+
+def applies(rule: Rule, versions: Versions) -> bool:
+    """True when `versions` fall under `rule`."""
+    where = versions.interpret if rule.where == "interpreter" else (
+        not versions.interpret and versions.capability == (7, 5))
+    return where and versions.triton is not None and _within(versions.triton, rule.triton) \
+        and _within(versions.numpy, rule.numpy)
+
+
+def explain(rule: Rule, versions: Versions) -> str:
+    """The message a learner reads: the versions, what goes wrong, and the fix."""
+    mix = f"triton {versions.triton}" + (f" with numpy {versions.numpy}" if rule.numpy != (None, None)
+                                          else f" on a GPU of compute capability 7.5")
+    return f"{mix}: {rule.problem}. Fix: `{rule.fix}`, {RESTART}."
+
+
+def problems(versions: Versions | None = None) -> list[Rule]:
+    """The rules that `versions` (default: this process's) break, refusals first."""
+    versions = versions or current_versions()
+    return sorted((r for r in RULES if applies(r, versions)), key=lambda r: not r.refuse)
+
+
+class UnsupportedVersions(RuntimeError):
+    """These versions give wrong results with no error; ``fix`` is the pip command that mends them."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+class VersionWarning(UserWarning):
+    """These versions fail loudly in part of the course; the message has the fix."""
+
+
+def check_versions(versions: Versions | None = None) -> None:
+    """Raise ``UnsupportedVersions`` for a combination that gives wrong results silently, warn (with
+    the fix) for one that fails loudly. Runs on import; ``PAGEDLIB_IGNORE_VERSION_RULES=1`` turns the
+    refusal into a warning, to reproduce the failure on purpose."""
+    versions = versions or current_versions()
+    for rule in problems(versions):
+        message = explain(rule, versions)
+        if rule.refuse and os.environ.get(IGNORE_RULES_VAR) != "1":
+            raise UnsupportedVersions(f"pagedlib refuses to run: {message}", rule.fix)
+        warnings.warn(message, VersionWarning, stacklevel=2)
+
+
+def verdict(versions: Versions | None = None) -> str:
+    """One line per broken rule ("refused: ..." or "warning: ..."), or "ok" with the versions."""
+    versions = versions or current_versions()
+    found = problems(versions)
+    if not found:
+        return f"ok: no known problem with triton {versions.triton} and numpy {versions.numpy}"
+    return "\n".join(("refused: " if r.refuse else "warning: ") + explain(r, versions) for r in found)
+
+
+check_versions()  # on import: pagedlib's kernels are defined after this module, so none has run yet
 
 
 def gpu_name() -> str | None:
@@ -92,24 +250,23 @@ def _loaded_kernels():
 
 
 def env_report() -> str:
-    """Python, torch and triton versions and the device, one per line."""
-    try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
+    """Python, torch, triton and numpy versions, the device, and the verdict on them, one per line."""
+    versions = current_versions()
     device = gpu_name() if DEVICE.type == "cuda" else "CPU, Triton interpreter"
-    return "\n".join([
+    lines = [
         f"Python  {platform.python_version()}",
-        f"torch   {torch.__version__}",
-        f"triton  {triton_version}",
+        f"torch   {versions.torch}",
+        f"triton  {versions.triton or 'not installed'}",
+        f"numpy   {versions.numpy or 'not installed'}",
         f"device  {device}",
         f"dtype   {str(DTYPE).replace('torch.', '')} (pagedlib default)",
-    ])
+    ]
+    return "\n".join(lines + [f"verdict {line}" for line in verdict(versions).splitlines()])
 
 
 def print_env() -> None:
-    """Print the environment report, then a warning for each known trap."""
+    """Print the environment report (ending with the verdict on the versions), then a warning for
+    each known trap."""
     print(env_report())
     for trap in traps():
         if DEVICE.type == "cpu" and "bf16" in trap:

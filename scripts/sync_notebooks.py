@@ -43,12 +43,15 @@ def badge(nb_path: Path) -> str:
 
 def setup_source() -> str:
     url, _ = repository()
-    return f'''# Setup: install pagedlib if it is missing (on Colab), then report the environment.
+    # It never installs torch, triton or numpy: `import pagedlib` checks their versions against
+    # pagedlib.runtime.RULES and names the pip command that fixes a known-bad mix; the learner runs it.
+    return f'''# Setup: install pagedlib if it is missing (on Colab), then check the versions.
 import importlib.util, subprocess, sys
+SOURCE = "git+{url}"
 if importlib.util.find_spec("pagedlib") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+{url}"], check=True)
-import pagedlib
-pagedlib.print_env()'''
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
+import pagedlib       # refuses versions known to give wrong results, naming the fix
+pagedlib.print_env()  # versions, device and the verdict on them (with any fix)'''
 
 
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}

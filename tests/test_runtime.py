@@ -98,3 +98,123 @@ def test_lazy_exports_resolve():
     assert "BlockManager" in dir(pagedlib)
     with pytest.raises(AttributeError):
         pagedlib.not_a_name
+
+
+# ---- the version rules, with faked versions ---------------------------------------------------
+def _versions(triton, numpy, gpu=None):
+    """Versions as the rules see them: the interpreter when `gpu` (a compute capability) is None."""
+    return runtime.Versions(torch="2.13.0", triton=triton, numpy=numpy, interpret=gpu is None,
+                            capability=gpu)
+
+
+@pytest.mark.parametrize("triton, numpy, gpu, fix", [
+    ("3.0.0", "2.0.0", None, 'pip install "numpy<2"'),          # wrong results: refused
+    ("3.1.0", "2.3.5", None, 'pip install "numpy<2"'),
+    ("3.1.0", "2.4.6", None, 'pip install "numpy<2"'),
+    ("3.1.0", "1.26.4", None, None),
+    ("3.1.0", "2.3.5", (8, 0), None),                             # compiled, not interpreted
+    ("3.2.0", "2.3.5", None, None),
+    ("3.2.0", "2.4.0", None, 'pip install "numpy<2.4"'),          # fails loudly: warned
+    ("3.6.0+git9f8e7d", "2.4.6", None, 'pip install "numpy<2.4"'),
+    ("3.6.0", "2.4.6", (8, 0), None),
+    ("3.7.0", "2.4.6", None, None),
+    ("3.9.0", "2.4.6", None, None),
+    ("3.3.1", "2.3.5", None, None),
+    ("3.3.0", "2.4.6", (7, 5), 'pip install "triton>=3.4"'),      # a T4
+    ("3.3.1", "2.3.5", (8, 0), None),
+    ("3.4.0", "2.3.5", (7, 5), None),
+    ("3.2.0", "2.4.6", (7, 5), None),
+    (None, "2.4.6", None, None),                                  # no triton: no kernel, no rule
+])
+def test_rules_name_the_one_fix_for_each_known_bad_combination(triton, numpy, gpu, fix):
+    found = runtime.problems(_versions(triton, numpy, gpu))
+    assert [rule.fix for rule in found] == ([fix] if fix else [])
+
+
+def test_a_silently_wrong_combination_is_refused_with_the_pip_fix():
+    with pytest.raises(runtime.UnsupportedVersions) as refused:
+        runtime.check_versions(_versions("3.1.0", "2.3.5"))
+    message = str(refused.value)
+    assert 'pip install "numpy<2"' in message and "triton 3.1.0" in message and "numpy 2.3.5" in message
+    assert "restart" in message and refused.value.fix == 'pip install "numpy<2"'
+
+
+def test_a_loud_failure_is_warned_with_the_fix():
+    with pytest.warns(runtime.VersionWarning, match=r'triton 3\.6\.0 with numpy 2\.4\.6.*numpy<2\.4'):
+        runtime.check_versions(_versions("3.6.0", "2.4.6"))
+    with pytest.warns(runtime.VersionWarning, match=r"compute capability 7\.5.*triton>=3\.4"):
+        runtime.check_versions(_versions("3.3.1", "2.4.6", gpu=(7, 5)))
+
+
+def test_a_good_combination_passes_silently(recwarn):
+    runtime.check_versions(_versions("3.7.1", "2.4.6"))
+    assert not [w for w in recwarn if issubclass(w.category, runtime.VersionWarning)]
+
+
+def test_the_bypass_turns_the_refusal_into_a_warning(monkeypatch):
+    monkeypatch.setenv(runtime.IGNORE_RULES_VAR, "1")
+    with pytest.warns(runtime.VersionWarning, match="numpy<2"):
+        runtime.check_versions(_versions("3.1.0", "2.3.5"))
+
+
+def test_verdict_says_ok_or_names_each_problem():
+    assert runtime.verdict(_versions("3.9.0", "2.4.6")).startswith("ok")
+    both = runtime.verdict(_versions("3.3.1", "2.4.6", gpu=(7, 5)))
+    assert both.startswith("warning: ") and "triton>=3.4" in both
+    assert runtime.verdict(_versions("3.1.0", "2.3.5")).startswith("refused: ")
+
+
+def test_env_report_ends_with_the_verdict_for_this_machine():
+    report = pagedlib.env_report().splitlines()
+    assert report[-1] == "verdict " + runtime.verdict() and any(l.startswith("numpy ") for l in report)
+
+
+@pytest.mark.parametrize("text, release", [("3.7.1", (3, 7, 1)), ("3.6.0+git9f8e7d", (3, 6, 0)),
+                                           ("2.4.0rc1", (2, 4, 0)), ("1.26.4", (1, 26, 4))])
+def test_release_reads_the_numeric_part(text, release):
+    assert runtime.release(text) == release
+
+
+def test_release_refuses_a_version_without_digits():
+    with pytest.raises(ValueError, match="version must start with digits"):
+        runtime.release("main")
+
+
+def test_a_loaded_module_version_wins_over_the_installed_one(monkeypatch):
+    """After `pip install numpy<2.4` in a running notebook, the old numpy is still the one in use."""
+    import types
+    monkeypatch.setitem(sys.modules, "numpy", types.SimpleNamespace(__version__="2.4.1"))
+    assert runtime.current_versions().numpy == "2.4.1"
+
+
+def test_every_rule_cites_its_measurement_and_gives_one_pip_command():
+    for rule in runtime.RULES:
+        assert rule.fix.startswith("pip install ") and rule.fix.count("pip") == 1
+        assert "drift check" in rule.measured and rule.where in ("interpreter", "sm_75")
+        for low, high in (rule.triton, rule.numpy):
+            assert low is None or high is None or low < high
+
+
+def _fake_versions_then_import(triton: str, numpy: str) -> str:
+    """A script that makes triton and numpy report other versions, then imports pagedlib."""
+    return ("import warnings; warnings.simplefilter('always')\n"
+            "import numpy, triton, sys\n"
+            f"triton.__version__, numpy.__version__ = {triton!r}, {numpy!r}\n"
+            "try:\n"
+            "    import pagedlib\n"
+            "except Exception as error:\n"
+            "    print(type(error).__name__, error.fix)\n"
+            "print('kernels loaded:', any(m.startswith('pagedlib.kernels') for m in sys.modules))\n")
+
+
+def test_import_refuses_a_silently_wrong_combination_before_any_kernel(tmp_path):
+    out = _run_script(tmp_path, _fake_versions_then_import("3.1.0", "2.3.5"))
+    assert out.splitlines() == ['UnsupportedVersions pip install "numpy<2"', "kernels loaded: False"]
+
+
+def test_import_warns_about_a_loud_failure(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(_fake_versions_then_import("3.5.1", "2.4.0"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    assert "VersionWarning" in done.stderr and 'pip install "numpy<2.4"' in done.stderr
+    assert "UnsupportedVersions" not in done.stdout
