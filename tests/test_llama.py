@@ -120,6 +120,18 @@ def test_prefix_caching_hits_and_matches(name):
     assert llm.metrics["prefix_hit_tokens"] >= 3 * 12
 
 
+@pytest.mark.parametrize("budget", [3, 16])
+@pytest.mark.parametrize("name", ["gqa8_2", "qwen2_4_2"])
+def test_a_token_budget_chunks_prompts_and_still_matches(name, budget):
+    """Prompts longer than the budget are prefilled in chunks, mixed with decodes, under preemption."""
+    llm = LLM(paged(name), num_blocks=20, block_size=4, max_num_seqs=4, max_num_batched_tokens=budget,
+              enable_prefix_caching=True)
+    assert_matches_transformers(llm, name, random_prompts(5, lo=10, hi=40, seed=3), 10)
+    history = llm.metrics["history"]
+    assert all(row["prefill_tokens"] + row["decode_tokens"] <= budget for row in history)
+    assert any(row["prefill_tokens"] and row["decode_tokens"] for row in history)   # mixed steps
+
+
 def test_triton_backend_end_to_end_gqa():
     """The Triton kernels (through the interpreter on a CPU) serve a GQA model: the decode kernel
     reads one KV head for its group of 4 query heads; prefill, a cached prefix and preemption too."""
