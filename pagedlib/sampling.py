@@ -10,6 +10,8 @@ from typing import Sequence
 
 import torch
 
+from .validation import positive_int
+
 __all__ = ["SamplingParams", "sample_token", "sample_rows"]
 
 
@@ -34,16 +36,15 @@ class SamplingParams:
     eos_token_id: int | None = None
 
     def __post_init__(self):
+        positive_int("max_new_tokens", self.max_new_tokens)
+        positive_int("n (samples per prompt)", self.n)
         def is_int(v) -> bool:
             return isinstance(v, int) and not isinstance(v, bool)
         checks = [
-            (is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
-             f"max_new_tokens must be an integer >= 1; got {self.max_new_tokens!r}"),
             (self.temperature >= 0, f"temperature must be >= 0 (0 means greedy); got {self.temperature}"),
             (is_int(self.top_k) and self.top_k >= 0,
              f"top_k must be an integer >= 0 (0 means no limit); got {self.top_k!r}"),
             (0 < self.top_p <= 1, f"top_p must be in (0, 1]; got {self.top_p}"),
-            (is_int(self.n) and self.n >= 1, f"n (samples per prompt) must be an integer >= 1; got {self.n!r}"),
             (self.seed is None or is_int(self.seed), f"seed must be an integer or None; got {self.seed!r}"),
         ]
         for ok, message in checks:

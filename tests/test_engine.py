@@ -229,7 +229,7 @@ def test_stops_at_eos():
     ([list(range(100))], {"max_new_tokens": 29}, r"129 exceeds the model's context of 128"),
     ([list(range(60))], {"max_new_tokens": 10}, r"need 5 blocks of 16, but the whole cache has 4"),
     ([[1]], {"n": 5}, r"max_num_seqs = 4"),
-    ([[1]], {"max_new_tokens": 0}, r"max_new_tokens must be an integer >= 1"),
+    ([[1]], {"max_new_tokens": 0}, r"max_new_tokens must be a positive integer"),
     ([[1]], {"temperature": -1.0}, r"temperature must be >= 0"),
     ([[1]], {"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
     ([[1]], {"eos_token_id": 999}, r"eos_token_id 999 is outside"),

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from ..validation import positive_int
+
 MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: the GQA group is padded to 16 query rows
 KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
 CUDA_CORE_TILE = 16          # K/V tokens per step where the dots run on CUDA cores (a T4, or fp32)
@@ -96,10 +98,8 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
       asynchronous copy, so there is nothing to pipeline: 1.
     - ``dot_precision``: fp32 inputs ask for "ieee", or the GPU would round them to TF32.
     """
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-        raise ValueError(f"head_dim must be an int >= 1; got {head_dim!r}")
-    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
-        raise ValueError(f"group (num_heads // num_kv_heads) must be an int >= 1; got {group!r}")
+    positive_int("head_dim", head_dim)
+    positive_int("group (num_heads // num_kv_heads)", group)
     tensor_cores = uses_tensor_cores(dtype, capability)
     head_dim_pad, group_pad = pad_head_dim(head_dim), pad_group(group)
     tile = kv_tile(head_dim, dtype) if tensor_cores else min(kv_tile(head_dim, dtype), CUDA_CORE_TILE)

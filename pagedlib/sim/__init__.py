@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..validation import positive_int
 from .buddy import BuddyAllocator, next_pow2
 from .loop import StepLoop
 from .paged import PagedPool
@@ -90,8 +91,7 @@ def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_si
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
     for name, value in (("kv_slots", kv_slots), ("block_size", block_size), ("max_len", max_len)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer number of slots; got {value!r}")
+        positive_int(name, value, "slots")
     if policy == "paged":
         pool = PagedPool(kv_slots, block_size, watermark)
     else:
