@@ -119,8 +119,8 @@ def _prose_numbers_not_computed(nb) -> list[str]:
     computed = "\n".join(computed)
     missing = []
     for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
+        if cell.cell_type != "markdown" or "exercise-help" in cell.metadata.get("tags", []):
+            continue   # an exercise's help is generated from pagedlib.exercises, not prose
         prose = re.sub(r"\[[^\]]*\]\([^)]*\)|\(https?://[^)]*\)|`[^`]*`|\$[^$]*\$", " ", cell.source)
         prose = re.sub(r"^#+ .*$", " ", prose, flags=re.M)
         for m in _NUMBER.finditer(prose):
