@@ -127,6 +127,13 @@ def test_a_launch_config_for_other_shapes_is_refused(fn, group, head_dim):
 def test_validate_false_skips_only_the_value_checks(bad_lens):
     args = good()
     args["seq_lens"] = i32(*bad_lens)
+    # The too-long sequence makes the kernel read one entry past the table's end: back the table with
+    # one more zero (block 0), so that read stays in memory; past a bare tensor the interpreter
+    # dereferenced whatever lay there and crashed now and then (a segfault, 2 runs in 21).
+    table = args["block_tables"]                              # [num_seqs, max_blocks] int32
+    backing = torch.zeros(table.numel() + 1, dtype=table.dtype, device=table.device)
+    backing[:-1] = table.flatten()
+    args["block_tables"] = backing[:-1].view(table.shape)
     with pytest.raises(ValueError, match="seq_lens"):
         paged_attention(**args)                               # a value check refuses it ...
     paged_attention(**args, validate=False)                   # ... validate=False skips it (the caller vouches) ...
