@@ -7,10 +7,12 @@ console messages, exceptions and network events are kept in ``Chromium.events`` 
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -199,3 +201,16 @@ def find_chromium() -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def open_browser(prefix: str):
+    """A headless Chromium with a fresh profile for one test module; fails the test if none is installed."""
+    import pytest
+    binary = find_chromium()
+    if binary is None:
+        pytest.fail("chromium is not installed: run `bash scripts/ensure_chromium.sh` (make test does)")
+    with tempfile.TemporaryDirectory(prefix=prefix) as profile:
+        b = Chromium(binary, Path(profile))
+        try:
+            yield b
+        finally:
+            b.close()

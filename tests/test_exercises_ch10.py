@@ -1,11 +1,11 @@
 """Chapter 10's exercise references are what pagedlib's scheduler and batch builder really do."""
 import pytest
-import torch
 
 from pagedlib import BlockManager, SamplingParams, Scheduler
-from pagedlib.batching import build_batch
 from pagedlib.exercises import ch10
 from pagedlib.scheduler import Sequence
+
+from engine_scenarios import chapter10_mixed_step
 
 
 def _drive(scheduler: Scheduler, stop_at_preemption: bool = False):
@@ -47,17 +47,8 @@ def test_num_steps_reference_counts_the_schedulers_steps(case):
 
 def test_mixed_slots_reference_is_build_batchs_slot_mapping():
     step = ch10.MIXED_STEP
-    manager = BlockManager(5, step["block_size"])
-    manager.allocate("X", list(range(8)))              # the chapter's story: X frees blocks 0 and 1
-    manager.allocate("A", list(range(6)))
-    manager.free("X")
-    a = Sequence(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[7])
-    b = Sequence(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
-    manager.append("A", 7)
-    manager.allocate("B", b.prompt, commit=False)
+    batch, manager = chapter10_mixed_step()
+    assert manager.block_size == step["block_size"]
     assert {"A": manager.block_table("A"), "B": manager.block_table("B")} == step["tables"]
-    a.num_computed_tokens = step["positions"]["A"][-1] + 1
-    b.num_computed_tokens = step["positions"]["B"][-1] + 1
-    batch = build_batch([a, b], [1, len(step["positions"]["B"])], manager, torch.device("cpu"))
     assert batch.slot_mapping.tolist() == ch10.mixed_slots.reference
     assert batch.positions.tolist() == step["positions"]["A"] + step["positions"]["B"]

@@ -1,33 +1,15 @@
 """The engine figures of chapters 10 and 11: one step's batch, and the token budget's trade-off."""
 import matplotlib
 import pytest
-import torch
 
 matplotlib.use("Agg")
 
-from pagedlib import BlockManager, SamplingParams  # noqa: E402
-from pagedlib.batching import build_batch  # noqa: E402
 from pagedlib.plots.engine import budget_latencies, mixed_step  # noqa: E402
-from pagedlib.scheduler import Sequence  # noqa: E402
-
-
-def _step():
-    """A decodes one token at position 6, B computes a chunk of 5 of its 10-token prompt."""
-    manager = BlockManager(5, 4)
-    manager.allocate("X", list(range(8)))
-    manager.allocate("A", list(range(6)))
-    manager.free("X")
-    a = Sequence(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[1])
-    b = Sequence(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
-    manager.append("A", 1)
-    manager.allocate("B", b.prompt, commit=False)
-    a.num_computed_tokens, b.num_computed_tokens = 7, 5
-    batch = build_batch([a, b], [1, 5], manager, torch.device("cpu"))
-    return batch, manager
+from engine_scenarios import chapter10_mixed_step  # noqa: E402
 
 
 def test_mixed_step_draws_every_token_and_every_slot():
-    batch, manager = _step()
+    batch, manager = chapter10_mixed_step()
     fig = mixed_step(batch, 5, 4, names=["A", "B"],
                      full_tables=[manager.block_table("A"), manager.block_table("B")])
     top, bottom = fig.axes
@@ -42,7 +24,7 @@ def test_mixed_step_draws_every_token_and_every_slot():
 
 
 def test_mixed_step_refuses_wrong_names_and_a_too_small_cache():
-    batch, _ = _step()
+    batch, _ = chapter10_mixed_step()
     with pytest.raises(ValueError, match="names"):
         mixed_step(batch, 5, 4, names=["A"])
     with pytest.raises(ValueError, match="num_blocks"):

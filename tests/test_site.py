@@ -18,19 +18,17 @@ alt text and captions, 2x figures, the site's config, and that notebook code fit
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 import yaml
-from browser import Chromium, find_chromium
+from browser import Chromium, open_browser
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "site"
@@ -204,15 +202,8 @@ def site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    binary = find_chromium()
-    if binary is None:
-        pytest.fail("chromium is not installed: run `bash scripts/ensure_chromium.sh` (make test does)")
-    with tempfile.TemporaryDirectory(prefix="site-chromium-") as profile:
-        b = Chromium(binary, Path(profile))
-        try:
-            yield b
-        finally:
-            b.close()
+    with open_browser("site-chromium-") as b:
+        yield b
 
 
 def load(b: Chromium, site: Path, page: str, width: int) -> None:

@@ -16,12 +16,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from browser import Chromium, find_chromium
+from browser import Chromium, open_browser
 
 import pagedlib
 from pagedlib.plots.style import COLORS
@@ -60,15 +59,8 @@ def built_page(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    binary = find_chromium()
-    if binary is None:
-        pytest.fail("chromium is not installed: run `bash scripts/ensure_chromium.sh` (make test does)")
-    with tempfile.TemporaryDirectory(prefix="try-paging-chromium-") as profile:
-        b = Chromium(binary, Path(profile))
-        try:
-            yield b
-        finally:
-            b.close()
+    with open_browser("try-paging-chromium-") as b:
+        yield b
 
 
 @pytest.fixture
