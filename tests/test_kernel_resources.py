@@ -157,3 +157,14 @@ def test_without_resources_or_a_gpu_the_command_says_what_to_run(capsys):
         pytest.skip("on a GPU the command times the neighbouring configurations")
     assert bench.main([]) == 0
     assert "--resources" in capsys.readouterr().out
+
+
+def test_an_older_triton_is_told_it_cannot_make_the_report(monkeypatch):
+    """triton 3.2 compiles ahead of time with another attribute form: say so, with the fix."""
+    import triton
+    monkeypatch.setattr(triton, "__version__", "3.2.0")
+    assert not bench.report_supported()
+    with pytest.raises(RuntimeError, match=r'needs triton >= 3\.3; this is triton 3\.2\.0: pip install "triton>=3\.3"'):
+        bench.compile_resources([("decode", 75, "fp16", {})])
+    monkeypatch.setattr(triton, "__version__", "3.9.0")
+    assert bench.report_supported()

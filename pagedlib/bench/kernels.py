@@ -184,9 +184,23 @@ def compile_jobs(jobs, results) -> None:
         results.flush()
 
 
+REPORT_MIN_TRITON = (3, 3)   # compile attributes as a dict of divisibility hints; 3.2 took an AttrsDescriptor
+
+
+def report_supported() -> bool:
+    """Whether this triton can compile the kernels ahead of time the way :func:`compile_resources`
+    asks (triton >= 3.3: the drift check saw 3.2 fail with "'dict' object has no attribute 'hash'")."""
+    import triton
+    return tuple(int(part) for part in triton.__version__.split(".")[:2]) >= REPORT_MIN_TRITON
+
+
 def compile_resources(jobs: list[tuple]) -> list[tuple[int, int, int]]:
     """Resources of each ``(kernel, capability, dtype, meta)``: compiled in a child process, each
     configuration once per process (and Triton's on-disk cache makes a second run quick)."""
+    if not report_supported():
+        import triton
+        raise RuntimeError(f"the resource report needs triton >= {'.'.join(map(str, REPORT_MIN_TRITON))}; "
+                           f"this is triton {triton.__version__}: pip install \"triton>=3.3\"")
     keys = [(kernel, capability, dtype, json.dumps(meta, sort_keys=True)) for kernel, capability, dtype, meta in jobs]
     todo = list(dict.fromkeys(k for k in keys if k not in _RESULTS))
     if todo:
