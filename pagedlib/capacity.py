@@ -26,7 +26,7 @@ from typing import Sequence
 from .validation import positive_int
 
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
-           "MODELS", "model_spec", "GPU", "GPUS", "GPU_MEMORY_UTILIZATION", "usable_memory",
+           "MODELS", "model_spec", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
 
 KiB = 1024
@@ -302,6 +302,14 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
     GPU("H100-80GB", _gib(79.11), 81_559, "80 GB"),
     GPU("H200", _gib(139.81), 143_771, "141 GB"),     # derived (see above)
 ]}
+
+# Peak DRAM bandwidth in GB/s (vendor datasheets), by the datasheets' names: the yardstick of a
+# memory-bound kernel (chapters 8-9, pagedlib.bench.attention) and the roofline clock of the simulator
+# (chapter 12, pagedlib.sim.timing).
+PEAK_BANDWIDTH_GBS = {
+    "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
+    "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
+}
 
 # The share of a GPU's memory a serving engine takes for weights, activations and the KV cache:
 # vLLM's ``gpu_memory_utilization`` default. Every capacity in the course uses this one rule.

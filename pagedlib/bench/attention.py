@@ -23,12 +23,7 @@ from pathlib import Path
 import torch
 
 from .. import runtime
-
-# Peak DRAM bandwidth in GB/s (vendor datasheets); matched against torch.cuda.get_device_name().
-PEAK_BANDWIDTH_GBS = {
-    "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
-    "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
-}
+from ..capacity import PEAK_BANDWIDTH_GBS   # matched against torch.cuda.get_device_name()
 
 FIELDS = ["batch", "context", "block_size", "num_splits", "paged_us", "sdpa_us", "ref_us",
           "paged_gbs", "sdpa_gbs", "paged_frac_peak", "paged_vs_sdpa", "paged_vs_ref", "max_err"]

@@ -10,10 +10,20 @@ each sequence's tokens into ``num_splits`` ranges and give each range its own pr
    weighted by ``exp(lse_i - max lse)``, normalised. A range past the end of a short sequence
    is empty (``lse = -inf``) and gets weight 0.
 """
+import math
+
 import triton
 import triton.language as tl
 
 from .decode import attend_tiles, load_group_queries, normalise
+
+
+def split_ranges(seq_len: int, num_splits: int, tile: int) -> list[tuple[int, int]]:
+    """The token ranges ``[start, end)`` that ``split_kernel`` gives each split, computed on the host
+    (the figures of chapter 9 draw them): equal shares rounded up to whole tiles, so a range past a
+    short sequence's end is empty. Keep it in step with the three lines of the kernel below."""
+    share = math.ceil(math.ceil(seq_len / num_splits) / tile) * tile
+    return [(min(s * share, seq_len), min((s + 1) * share, seq_len)) for s in range(num_splits)]
 
 
 @triton.jit
@@ -34,7 +44,7 @@ def split_kernel(partial_out, partial_lse, query, key_cache, value_cache, block_
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens + seq)
 
-    # this split's token range: equal shares, rounded up to whole tiles
+    # this split's token range: equal shares, rounded up to whole tiles (split_ranges, on the host)
     share = tl.cdiv(tl.cdiv(seq_len, num_splits), TILE) * TILE
     start = split * share
     end = tl.minimum(start + share, seq_len)                       # start >= end: an empty split

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from ..capacity import PEAK_BANDWIDTH_GBS
+from ..kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from .style import COLORS
 
 __all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
@@ -27,12 +28,12 @@ __all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "g
 # and GB/s, L2 in MB, shared memory (the SRAM a program's tiles live in) and registers per SM in KB,
 # dense fp16 tensor-core TFLOP/s.
 GPU_SPECS: dict[str, dict[str, float]] = {
-    "T4": dict(sms=40, dram_gb=16, dram_gbs=320, l2_mb=4, smem_kb=64, regs_kb=256,
-               fp16_tflops=65),
-    "A100 80GB": dict(sms=108, dram_gb=80, dram_gbs=2039, l2_mb=40, smem_kb=164, regs_kb=256,
-                      fp16_tflops=312),
-    "H100 SXM": dict(sms=132, dram_gb=80, dram_gbs=3350, l2_mb=50, smem_kb=228, regs_kb=256,
-                     fp16_tflops=989),
+    "T4": dict(sms=40, dram_gb=16, dram_gbs=PEAK_BANDWIDTH_GBS["T4"], l2_mb=4, smem_kb=64,
+               regs_kb=256, fp16_tflops=65),
+    "A100 80GB": dict(sms=108, dram_gb=80, dram_gbs=PEAK_BANDWIDTH_GBS["A100 80GB"], l2_mb=40,
+                      smem_kb=164, regs_kb=256, fp16_tflops=312),
+    "H100 SXM": dict(sms=132, dram_gb=80, dram_gbs=PEAK_BANDWIDTH_GBS["H100"], l2_mb=50,
+                     smem_kb=228, regs_kb=256, fp16_tflops=989),
 }
 
 _MEM_COLOURS = {"dram": COLORS["kv"], "l2": COLORS["accent"], "smem": COLORS["shared"],
@@ -54,15 +55,6 @@ def ridge_point(gpu: str) -> float:
     """FLOPs per byte at which a kernel on ``gpu`` stops waiting for memory (peak FLOP/s / bandwidth)."""
     spec = GPU_SPECS[gpu]
     return spec["fp16_tflops"] * 1e12 / (spec["dram_gbs"] * 1e9)
-
-
-def split_ranges(seq_len: int, num_splits: int, tile: int) -> list[tuple[int, int]]:
-    """The token ranges [start, end) of split-K: equal shares rounded up to whole tiles (chapter 9).
-
-    The rule of ``pagedlib/kernels/split_k.py``; a range past a short sequence's end is empty.
-    """
-    share = math.ceil(math.ceil(seq_len / num_splits) / tile) * tile
-    return [(min(s * share, seq_len), min((s + 1) * share, seq_len)) for s in range(num_splits)]
 
 
 def _box(ax, x, y, w, h, colour, text="", *, alpha=1.0, size=10, text_colour="white", **kw):
