@@ -27,9 +27,6 @@ class _ByKey:
     def keys(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self)]
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 @dataclass
 class StepRecord(_ByKey):
