@@ -10,12 +10,16 @@ each engine's warm-up runs outside the clock. Printed: generated tokens per seco
 second of wall clock (best run) and per second of the process's CPU time (which other work on a
 shared machine does not inflate), their ratios for each pair of runs, time to first token (TTFT)
 and time per output token (TPOT) percentiles (wall clock), and how many requests got identical
-tokens from both.
+tokens from both. ``--save FILE`` adds the figures, with the command and machine, to a JSON record;
+chapter 10 prints the course's (``pagedlib/data/peer_cpu.json``, read by :func:`measured`).
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -178,7 +182,37 @@ def compare(kind: str, args, prompts, budgets) -> dict:
             ours_right += x == want
             print(f"  request {i}: transformers' generate alone agrees with "
                   f"{'pagedlib' if x == want else 'continuous batching' if y == want else 'neither'}")
-    return {"ratio": float(np.median(cpu)), "identical": ours_right, "requests": len(prompts)}
+    best = {name: max(runs, key=lambda r: r.tokens_per_cpu_s) for name, runs in
+            (("pagedlib", ours), ("transformers", theirs))}
+    return {"model": kind, "requests": len(prompts), "ratio": float(np.median(cpu)),
+            "ratios": [round(r, 2) for r in cpu], "identical": ours_right, "same_tokens": same,
+            "tokens_per_cpu_s": {k: round(r.tokens_per_cpu_s) for k, r in best.items()},
+            "tpot_ms_p50": {k: round(float(np.median(r.tpot)) * 1e3, 1) for k, r in best.items()}}
+
+
+# The comparison as measured on the course's 2-core CPU (written by ``--save``, printed in chapter 10).
+MEASURED = Path(__file__).resolve().parent.parent / "data" / "peer_cpu.json"
+
+
+def save(path: Path, results: list[dict], command: str) -> None:
+    """Add ``results`` (each with the command that measured it) to the JSON record at ``path``,
+    replacing an earlier figure for the same model and number of requests."""
+    import platform
+    import transformers
+    record = json.loads(path.read_text()) if path.exists() else {"results": []}
+    machine = (f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}, "
+               f"transformers {transformers.__version__}, {torch.get_num_threads()} thread(s)")
+    new = {(r["model"], r["requests"]): {**r, "command": command, "machine": machine} for r in results}
+    kept = [r for r in record["results"] if (r["model"], r["requests"]) not in new]
+    record["results"] = sorted(kept + list(new.values()), key=lambda r: (r["requests"], r["model"]))
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"saved to {path}")
+
+
+def measured(path: Path = MEASURED) -> list[dict]:
+    """The stored figures: one dict per (model, requests), as :func:`compare` returned it, with the
+    command and machine that measured it."""
+    return json.loads(path.read_text())["results"]
 
 
 def hf_generate_alone(hf_model, prompt: list[int], max_new_tokens: int) -> list[int]:
@@ -200,13 +234,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--hf-page-size", type=int, default=256, help="with --against: transformers' page size")
     parser.add_argument("--hf-max-batch-tokens", type=int, default=None,
                         help="with --against: transformers' token budget per step (default: its own)")
+    parser.add_argument("--save", default=None, metavar="JSON",
+                        help=f"with --against: add the figures to this file (the course's: {MEASURED.name} "
+                             "in pagedlib/data)")
 
 
-def main(args, prompts, budgets) -> int:
+def main(args, prompts, budgets, command: str = "") -> int:
     """The comparison for every model kind in ``args.models``; nonzero exit if any of pagedlib's
     outputs differs from transformers' own (continuous batching, or ``generate`` alone where the two
-    disagree)."""
+    disagree). With ``args.save``, the figures are added to that JSON file."""
     print(f"transformers' continuous batching: attention {args.hf_attn!r}, page size {args.hf_page_size}, "
           f"max batch tokens {args.hf_max_batch_tokens}; {args.runs} alternating runs each, best shown")
     results = [compare(kind, args, prompts, budgets) for kind in args.models.split(",")]
+    if args.save:
+        save(Path(args.save), results, command)
     return 0 if all(r["identical"] == r["requests"] for r in results) else 1
