@@ -185,7 +185,8 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     may look only at the rows its block table names, one per token, for its KV head. That pattern
     is a sparse matrix ``[num_seqs * num_heads, cache rows]`` in CSR form, built without a loop;
     then three whole-batch steps: the scores at exactly those entries (``sampled_addmm``, reading
-    the cache in place, no gather), a softmax within each row, and the probability-weighted sum of
+    the cache in place, no gather), a softmax within each row (exponents floored at
+    :data:`EXP_FLOOR`), and the probability-weighted sum of
     the value rows (``embedding_bag``: a weighted bag of rows). No sequence is padded, no slot
     outside a sequence is ever read (NaN there cannot leak). Computed in fp32 (a half-precision
     cache is converted first: correct, but slow). ``pattern`` is :func:`decode_pattern` of these
@@ -204,6 +205,10 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     if pattern is None:
         pattern = decode_pattern(block_tables, seq_lens, dims.block_size, num_heads, dims.num_kv_heads)
     crow, columns, row_len = pattern.crow, pattern.columns, pattern.row_len
+    if dims.num_blocks * dims.block_size * dims.num_kv_heads >= 2**31:
+        raise ValueError(f"the cache holds {dims.num_blocks * dims.block_size * dims.num_kv_heads:,} rows of "
+                         "head_dim; this reference numbers them with int32 (at most 2**31 - 1): use fewer "
+                         "blocks or the triton backend")
     k_rows = key_cache.float().reshape(-1, dims.head_dim)                  # [cache rows, head_dim]
     v_rows = value_cache.float().reshape(-1, dims.head_dim)
     q = query.float().reshape(-1, dims.head_dim)                          # [num_seqs * num_heads, dim]

@@ -186,3 +186,12 @@ def test_write_kv_ref_writes_the_given_slots_and_skips_minus_one():
     write_kv_ref(key, value, *cache, torch.tensor([5, -1, 0], device=DEVICE))
     assert torch.equal(cache[0].flatten(0, 1)[5], key[0]) and torch.equal(cache[1].flatten(0, 1)[0], value[2])
     assert int((cache[0].flatten(0, 1).abs().sum((1, 2)) != 0).sum()) == 2
+
+
+def test_batched_decode_refuses_a_cache_too_big_for_int32_rows():
+    """The pattern numbers cache rows with int32; a larger cache is refused, not wrapped around
+    (an expanded view stands for the 2**31 rows: nothing that big is allocated)."""
+    x = random_paged_inputs([5, 9], 4, 2, 16, 16)
+    huge = x.key_cache[:1, :1, :1].expand(2**26, 16, 2, 16)          # 2**31 rows of head_dim
+    with pytest.raises(ValueError, match="int32"):
+        paged_attention_batched_ref(x.query, huge, huge, x.block_tables, x.seq_lens, validate=False)
