@@ -36,3 +36,30 @@ def test_stored_figures_meet_the_target():
         assert r["identical"] == r["requests"], r
         assert r["command"].startswith("python -m pagedlib.bench engine --against transformers")
         assert f"--requests {r['requests']}" in r["command"] and "--threads 1" in r["command"]
+
+
+def test_tie_gap_says_how_close_a_different_token_was():
+    """Where pagedlib's greedy token differs from transformers' generate, the bench measures the two
+    tokens' logits there: only a gap under NEAR_TIE passes as a tie broken the other way."""
+    import torch
+
+    from pagedlib.bench.engine import parse_args
+    hf = peer.build_hf("llama", parse_args(["--against", "transformers", "--quick"]))
+    prompt = [5, 17, 3, 9]
+    want = peer.hf_generate_alone(hf, prompt, 4)
+    with torch.inference_mode():
+        top = hf(torch.tensor([prompt + want[:2]])).logits[0, -1].topk(2)
+    runner_up = want[:2] + [int(top.indices[1])] + want[3:]             # the second-best token at step 2
+    at, gap = peer.tie_gap(hf, prompt, runner_up, want)
+    assert at == 2 and gap == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-5)
+    assert gap > peer.NEAR_TIE                                           # not a tie: a wrong token
+
+
+def test_parse_args_gives_the_comparison_its_measured_setup():
+    from pagedlib.bench.engine import parse_args
+    ours = parse_args(["--against", "transformers"])
+    assert (ours.requests, ours.layers, ours.embd, ours.max_len, ours.kv_slots, ours.threads) == \
+        (32, 4, 256, 1024, 32 * 1024, 1)
+    assert parse_args(["--against", "transformers", "--requests", "64"]).kv_slots == 64 * 1024
+    plain = parse_args([])
+    assert (plain.requests, plain.kv_slots, plain.max_len, plain.threads) == (48, 6144, 2048, None)

@@ -33,30 +33,46 @@ from ..model import DEFAULT_BACKEND, GPT2
 from . import peer
 
 
+# Defaults of the options whose value depends on the run: (the engine bench, ``--against transformers``).
+# The comparison's are the course's measured setup (chapter 10): a bigger model, and room for every
+# request at once, on one torch thread.
+MODE_DEFAULTS = {"requests": (48, 32), "max_len": (2048, 1024), "layers": (2, 4), "embd": (128, 256),
+                 "threads": (None, 1)}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pagedlib.bench engine", description=__doc__.split("\n")[0])
-    p.add_argument("--requests", type=int, default=48, help="requests in the workload")
+    p.add_argument("--requests", type=int, default=None, help="requests in the workload (default 48; 32 with "
+                   "--against)")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload and the model")
-    p.add_argument("--kv-slots", type=int, default=6144, help="KV budget in token slots, for both engines")
+    p.add_argument("--kv-slots", type=int, default=None, help="KV budget in token slots, for both engines "
+                   "(default 6144; with --against, requests x max-len: room for every request)")
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-len", type=int, default=2048, help="context; what reserve-max reserves per request")
+    p.add_argument("--max-len", type=int, default=None, help="context; what reserve-max reserves per request "
+                   "(default 2048; 1024 with --against)")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help="token budget per engine step (default: none, whole prompts)")
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--layers", type=int, default=None, help="default 2; 4 with --against")
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--embd", type=int, default=128)
+    p.add_argument("--embd", type=int, default=None, help="hidden size (default 128; 256 with --against)")
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--hf-batch-size", type=int, default=16, help="static batch size of transformers' generate")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' static batching")
     p.add_argument("--backend", choices=("torch", "triton"), default=DEFAULT_BACKEND)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 with "
+                   "--against)")
     p.add_argument("--quick", action="store_true", help="a tiny run (a smoke test, numbers mean little)")
     p.add_argument("--plot", default=None, help="write the scheduler timelines to this PNG")
     p.add_argument("--against", choices=("transformers",), default=None,
                    help="instead: LLM vs transformers' continuous batching on GPT-2 and Llama (bench/peer.py)")
     peer.add_arguments(p)
     args = p.parse_args(argv)
+    for name, defaults in MODE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[args.against is not None])
+    if args.kv_slots is None:
+        args.kv_slots = args.requests * args.max_len if args.against else 6144
     if args.quick:
         args.requests, args.kv_slots, args.max_len, args.layers, args.embd = 12, 512, 128, 1, 64
         args.hf_batch_size = 4

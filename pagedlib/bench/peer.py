@@ -52,8 +52,8 @@ class Run:
 def build_hf(kind: str, args):
     """A random-initialised transformers model of the kind asked for, in fp32 on the runtime's device.
 
-    ``initializer_range`` is far above the usual 0.02 so logits are spread out (no near-ties for
-    greedy decoding to break differently) and depend on every cached K/V row.
+    ``initializer_range`` is far above the usual 0.02 so logits are spread out (few near-ties for
+    greedy decoding to break differently, :data:`NEAR_TIE`) and depend on every cached K/V row.
     """
     import transformers
     transformers.logging.set_verbosity_error()
@@ -175,17 +175,24 @@ def compare(kind: str, args, prompts, budgets) -> dict:
     print(f"ratio pagedlib / transformers, each pair of runs: wall {' '.join(f'{r:.2f}x' for r in wall)}; "
           f"CPU time {' '.join(f'{r:.2f}x' for r in cpu)} (median {np.median(cpu):.2f}x)")
     print(f"outputs identical: {same}/{len(prompts)} requests")
-    ours_right = same
+    ours_right, ties = same, 0
     for i, (x, y) in enumerate(zip(ours[-1].outputs, theirs[-1].outputs)):
-        if x != y:      # a near-tie broken differently: ask transformers' generate, one request alone
+        if x != y:      # ask transformers' generate, one request alone, and how close the call was
             want = hf_generate_alone(hf, prompts[i], budgets[i])
             ours_right += x == want
+            note = ""
+            if x != want:
+                at, gap = tie_gap(hf, prompts[i], x, want)
+                ties += gap < NEAR_TIE
+                note = (f"; pagedlib's token {at} is {'a near-tie' if gap < NEAR_TIE else 'NOT a near-tie'} "
+                        f"(the two tokens' logits {gap:.1e} apart)")
             print(f"  request {i}: transformers' generate alone agrees with "
-                  f"{'pagedlib' if x == want else 'continuous batching' if y == want else 'neither'}")
+                  f"{'pagedlib' if x == want else 'continuous batching' if y == want else 'neither'}{note}")
     best = {name: max(runs, key=lambda r: r.tokens_per_cpu_s) for name, runs in
             (("pagedlib", ours), ("transformers", theirs))}
     return {"model": kind, "requests": len(prompts), "ratio": float(np.median(cpu)),
-            "ratios": [round(r, 2) for r in cpu], "identical": ours_right, "same_tokens": same,
+            "ratios": [round(r, 2) for r in cpu], "identical": ours_right, "near_ties": ties,
+            "same_tokens": same,
             "tokens_per_cpu_s": {k: round(r.tokens_per_cpu_s) for k, r in best.items()},
             "tpot_ms_p50": {k: round(float(np.median(r.tpot)) * 1e3, 1) for k, r in best.items()}}
 
@@ -215,6 +222,22 @@ def measured(path: Path = MEASURED) -> list[dict]:
     return json.loads(path.read_text())["results"]
 
 
+# Two fp32 engines may break a near-tie differently: matrix products over batches of different sizes
+# round differently (about 1e-6 relative; logits here are about 10). Where pagedlib's token differs
+# from transformers' generate, the two tokens' logits this close count as a tie, not a wrong token.
+NEAR_TIE = 1e-4
+
+
+def tie_gap(hf_model, prompt: list[int], ours: list[int], reference: list[int]) -> tuple[int, float]:
+    """Where two greedy outputs first differ, and how far apart transformers' logits (on the reference's
+    tokens up to there) put the two tokens chosen there."""
+    at = next(k for k, (a, b) in enumerate(zip(ours, reference)) if a != b)
+    ids = torch.tensor([prompt + reference[:at]], device=hf_model.device)
+    with torch.inference_mode():
+        logits = hf_model(ids).logits[0, -1].float()
+    return at, abs(float(logits[reference[at]] - logits[ours[at]]))
+
+
 def hf_generate_alone(hf_model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """transformers' greedy ``generate`` for one request alone: the reference both engines must match."""
     ids = torch.tensor([prompt], device=hf_model.device)
@@ -242,10 +265,11 @@ def add_arguments(parser) -> None:
 def main(args, prompts, budgets, command: str = "") -> int:
     """The comparison for every model kind in ``args.models``; nonzero exit if any of pagedlib's
     outputs differs from transformers' own (continuous batching, or ``generate`` alone where the two
-    disagree). With ``args.save``, the figures are added to that JSON file."""
+    disagree) other than by a near-tie (:data:`NEAR_TIE`). With ``args.save``, the figures are added
+    to that JSON file."""
     print(f"transformers' continuous batching: attention {args.hf_attn!r}, page size {args.hf_page_size}, "
           f"max batch tokens {args.hf_max_batch_tokens}; {args.runs} alternating runs each, best shown")
     results = [compare(kind, args, prompts, budgets) for kind in args.models.split(",")]
     if args.save:
         save(Path(args.save), results, command)
-    return 0 if all(r["identical"] == r["requests"] for r in results) else 1
+    return 0 if all(r["identical"] + r["near_ties"] == r["requests"] for r in results) else 1
