@@ -158,20 +158,44 @@ def decode_pattern(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_siz
 
     Token ``t`` of sequence ``s`` sits in slot ``block_tables[s, t // block_size] * block_size + t %
     block_size``, and that slot's K/V for KV head ``j`` is cache row ``slot * num_kv_heads + j``.
-    Laid out ``[num_seqs, num_heads, longest]``, the rows every head reads are already in pattern
-    order; keeping the tokens each sequence owns drops the padding.
+    Two ways to list those rows in pattern order, the same result: lay the batch out as ``[num_seqs,
+    num_heads, longest]`` and keep the tokens each sequence owns (fast when the sequences are of
+    similar length), or number every entry directly (when padding to the longest would more than
+    double the work, as with one long sequence among many short ones).
     """
     lens = seq_lens.int()
-    longest = int(lens.max()) if len(lens) else 0
+    row_len = lens.repeat_interleave(num_heads)                            # [num_seqs * num_heads]
+    crow = torch.cat([row_len.new_zeros(1), row_len.cumsum(0, dtype=torch.int32)])
+    longest, total = (int(lens.max()), int(lens.sum())) if len(lens) else (0, 0)
+    if len(lens) * longest <= 2 * total:
+        columns = _rows_padded(block_tables, lens, longest, block_size, num_heads, num_kv_heads)
+    else:
+        columns = _rows_direct(block_tables, crow, block_size, num_heads, num_kv_heads)
+    return DecodePattern(crow, columns, row_len)
+
+
+def _rows_padded(block_tables, lens, longest: int, block_size: int, num_heads: int,
+                 num_kv_heads: int) -> torch.Tensor:
+    """The pattern's columns through a ``[num_seqs, num_heads, longest]`` layout, padding dropped."""
     token = torch.arange(longest, dtype=torch.int32, device=lens.device)  # [longest]
     page = block_tables[:, token // block_size].int()                     # [num_seqs, longest]
     slots = page * block_size + token % block_size                         # [num_seqs, longest]
     kv_head = torch.arange(num_heads, dtype=torch.int32, device=lens.device) // (num_heads // num_kv_heads)
     rows = slots[:, None, :] * num_kv_heads + kv_head[None, :, None]      # [num_seqs, num_heads, longest]
     owned = (token[None, :] < lens[:, None])[:, None, :].expand_as(rows)  # False past each one's end
-    row_len = lens.repeat_interleave(num_heads)                            # [num_seqs * num_heads]
-    crow = torch.cat([row_len.new_zeros(1), row_len.cumsum(0, dtype=torch.int32)])
-    return DecodePattern(crow, rows.masked_select(owned), row_len)
+    return rows.masked_select(owned)
+
+
+def _rows_direct(block_tables, crow, block_size: int, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """The pattern's columns entry by entry: entry ``e`` of row ``r = s * num_heads + h`` is token
+    ``e - crow[r]`` of sequence ``s``, for head ``h``'s KV head (memory in proportion to the entries)."""
+    num_rows, entries = len(crow) - 1, int(crow[-1])
+    row = torch.repeat_interleave(torch.arange(num_rows, dtype=torch.int32, device=crow.device), crow.diff(),
+                                  output_size=entries)                     # [entries] each entry's row
+    seq, head = row // num_heads, row % num_heads
+    token = torch.arange(entries, dtype=torch.int32, device=crow.device) - crow[row]   # its token index
+    slots = block_tables[seq, token // block_size].int() * block_size + token % block_size
+    return slots * num_kv_heads + head // (num_heads // num_kv_heads)
 
 
 def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

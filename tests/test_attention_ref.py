@@ -195,3 +195,18 @@ def test_batched_decode_refuses_a_cache_too_big_for_int32_rows():
     huge = x.key_cache[:1, :1, :1].expand(2**26, 16, 2, 16)          # 2**31 rows of head_dim
     with pytest.raises(ValueError, match="int32"):
         paged_attention_batched_ref(x.query, huge, huge, x.block_tables, x.seq_lens, validate=False)
+
+
+@pytest.mark.parametrize("lens", [[30, 31, 29, 32, 30], [300] + [2] * 40, [1], [7, 1, 1, 64]])
+def test_both_ways_of_building_the_decode_pattern_agree(lens):
+    """Similar lengths use the padded layout, one long sequence among short ones the direct numbering
+    (padding would more than double the work); both give the same pattern and the same attention."""
+    from pagedlib import attention_ref
+    x = random_paged_inputs(lens, 8, 2, 16, 4, seed=5)
+    lens32 = x.seq_lens.int()
+    crow = torch.cat([lens32.new_zeros(1), lens32.repeat_interleave(8).cumsum(0, dtype=torch.int32)])
+    padded = attention_ref._rows_padded(x.block_tables, lens32, max(lens), 4, 8, 2)
+    direct = attention_ref._rows_direct(x.block_tables, crow, 4, 8, 2)
+    assert torch.equal(padded, direct) and padded.dtype == torch.int32
+    torch.testing.assert_close(paged_attention_batched_ref(*x.args()), paged_attention_ref(*x.args()),
+                               atol=1e-6, rtol=1e-6)

@@ -267,6 +267,6 @@ def test_bench_against_transformers_quick(capsys):
     from pagedlib.bench.__main__ import main
     assert main(["engine", "--against", "transformers", "--quick", "--runs", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.count("outputs identical: 12/12 requests") == 2        # --quick: 12 requests
+    assert out.count("same tokens from both engines (last run): 12/12 requests") == 2   # --quick: 12
     assert "gpt2: GPT2" in out and "llama: Llama" in out and out.count("CPU time") == 2
     assert "reproduce: python -m pagedlib.bench engine --against transformers --quick" in out

@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     command = "python -m pagedlib.bench engine " + shlex.join(argv)
     if args.against:
-        code = peer.main(args, *make_workload(args), command=command)
+        code = peer.main(args, *make_workload(args))
         print(f"\nreproduce: {command}")
         return code
     hf, model = build_model(args)

@@ -174,7 +174,7 @@ def compare(kind: str, args, prompts, budgets) -> dict:
     cpu = [x.tokens_per_cpu_s / y.tokens_per_cpu_s for x, y in zip(ours, theirs)]
     print(f"ratio pagedlib / transformers, each pair of runs: wall {' '.join(f'{r:.2f}x' for r in wall)}; "
           f"CPU time {' '.join(f'{r:.2f}x' for r in cpu)} (median {np.median(cpu):.2f}x)")
-    print(f"outputs identical: {same}/{len(prompts)} requests")
+    print(f"same tokens from both engines (last run): {same}/{len(prompts)} requests")
     ours_right, ties = same, 0
     for i, (x, y) in enumerate(zip(ours[-1].outputs, theirs[-1].outputs)):
         if x != y:      # ask transformers' generate, one request alone, and how close the call was
@@ -190,7 +190,9 @@ def compare(kind: str, args, prompts, budgets) -> dict:
                   f"{'pagedlib' if x == want else 'continuous batching' if y == want else 'neither'}{note}")
     best = {name: max(runs, key=lambda r: r.tokens_per_cpu_s) for name, runs in
             (("pagedlib", ours), ("transformers", theirs))}
-    return {"model": kind, "requests": len(prompts), "ratio": float(np.median(cpu)),
+    print(f"pagedlib's tokens equal transformers' generate: {ours_right}/{len(prompts)} requests"
+          + (f", {ties} more a near-tie" if ties else ""))
+    return {"model": kind, "requests": len(prompts), "setup": setup(args), "ratio": float(np.median(cpu)),
             "ratios": [round(r, 2) for r in cpu], "identical": ours_right, "near_ties": ties,
             "same_tokens": same,
             "tokens_per_cpu_s": {k: round(r.tokens_per_cpu_s) for k, r in best.items()},
@@ -201,25 +203,48 @@ def compare(kind: str, args, prompts, budgets) -> dict:
 MEASURED = Path(__file__).resolve().parent.parent / "data" / "peer_cpu.json"
 
 
+# What a stored figure was measured with; two figures of the same model and setup replace each other.
+SETUP = ("requests", "layers", "heads", "embd", "vocab", "max_len", "kv_slots", "block_size", "seed",
+         "runs", "threads", "hf_attn", "hf_page_size", "hf_max_batch_tokens")
+
+
+def setup(args) -> dict:
+    """The settings of a comparison (:data:`SETUP`), as run (defaults filled in)."""
+    return {name: getattr(args, name) for name in SETUP}
+
+
+def command_of(args) -> str:
+    """The command that repeats a comparison, every setting spelled out (defaults may change)."""
+    options = [f"--{name.replace('_', '-')} {value}" for name, value in setup(args).items() if value is not None]
+    return " ".join(["python -m pagedlib.bench engine --against transformers", f"--models {args.models}",
+                     *options] + ([f"--save {args.save}"] if args.save else []))
+
+
+def _same_figure(result: dict) -> tuple:
+    """Which stored figure a result replaces: the same model, measured with the same setup."""
+    return result["model"], json.dumps(result.get("setup", {"requests": result["requests"]}), sort_keys=True)
+
+
 def save(path: Path, results: list[dict], command: str) -> None:
-    """Add ``results`` (each with the command that measured it) to the JSON record at ``path``,
-    replacing an earlier figure for the same model and number of requests."""
+    """Add ``results`` (each with the command that measured it) to the JSON record at ``path``
+    (made if missing), replacing an earlier figure of the same model and setup."""
     import platform
     import transformers
+    path.parent.mkdir(parents=True, exist_ok=True)
     record = json.loads(path.read_text()) if path.exists() else {"results": []}
     machine = (f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}, "
                f"transformers {transformers.__version__}, {torch.get_num_threads()} thread(s)")
-    new = {(r["model"], r["requests"]): {**r, "command": command, "machine": machine} for r in results}
-    kept = [r for r in record["results"] if (r["model"], r["requests"]) not in new]
+    new = {_same_figure(r): {**r, "command": command, "machine": machine} for r in results}
+    kept = [r for r in record["results"] if _same_figure(r) not in new]
     record["results"] = sorted(kept + list(new.values()), key=lambda r: (r["requests"], r["model"]))
     path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"saved to {path}")
+    print(f"saved to {path} (read it with pagedlib.bench.peer.measured({str(path)!r}))")
 
 
-def measured(path: Path = MEASURED) -> list[dict]:
-    """The stored figures: one dict per (model, requests), as :func:`compare` returned it, with the
-    command and machine that measured it."""
-    return json.loads(path.read_text())["results"]
+def measured(path: Path | str = MEASURED) -> list[dict]:
+    """The stored figures: one dict per model and setup, as :func:`compare` returned it, with the
+    command and machine that measured it. The default is the course's record, shipped with pagedlib."""
+    return json.loads(Path(path).read_text())["results"]
 
 
 # Two fp32 engines may break a near-tie differently: matrix products over batches of different sizes
@@ -231,7 +256,9 @@ NEAR_TIE = 1e-4
 def tie_gap(hf_model, prompt: list[int], ours: list[int], reference: list[int]) -> tuple[int, float]:
     """Where two greedy outputs first differ, and how far apart transformers' logits (on the reference's
     tokens up to there) put the two tokens chosen there."""
-    at = next(k for k, (a, b) in enumerate(zip(ours, reference)) if a != b)
+    at = next((k for k, (a, b) in enumerate(zip(ours, reference)) if a != b), None)
+    if at is None:                   # one is a prefix of the other: a length, not a token, differs
+        return min(len(ours), len(reference)), float("inf")
     ids = torch.tensor([prompt + reference[:at]], device=hf_model.device)
     with torch.inference_mode():
         logits = hf_model(ids).logits[0, -1].float()
@@ -262,7 +289,7 @@ def add_arguments(parser) -> None:
                              "in pagedlib/data)")
 
 
-def main(args, prompts, budgets, command: str = "") -> int:
+def main(args, prompts, budgets) -> int:
     """The comparison for every model kind in ``args.models``; nonzero exit if any of pagedlib's
     outputs differs from transformers' own (continuous batching, or ``generate`` alone where the two
     disagree) other than by a near-tie (:data:`NEAR_TIE`). With ``args.save``, the figures are added
@@ -271,5 +298,10 @@ def main(args, prompts, budgets, command: str = "") -> int:
           f"max batch tokens {args.hf_max_batch_tokens}; {args.runs} alternating runs each, best shown")
     results = [compare(kind, args, prompts, budgets) for kind in args.models.split(",")]
     if args.save:
-        save(Path(args.save), results, command)
-    return 0 if all(r["identical"] + r["near_ties"] == r["requests"] for r in results) else 1
+        save(Path(args.save), results, command_of(args))
+    return 0 if all(passes(r) for r in results) else 1
+
+
+def passes(result: dict) -> bool:
+    """Every pagedlib output equals transformers' ``generate``, or differs from it by a near-tie."""
+    return result["identical"] + result.get("near_ties", 0) == result["requests"]
