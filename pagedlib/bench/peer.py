@@ -210,7 +210,7 @@ SETUP = ("requests", "layers", "heads", "embd", "vocab", "max_len", "kv_slots", 
 
 def setup(args) -> dict:
     """The settings of a comparison (:data:`SETUP`), as run (defaults filled in)."""
-    return {name: getattr(args, name) for name in SETUP}
+    return {name: getattr(args, name, None) for name in SETUP}
 
 
 def command_of(args) -> str:
