@@ -26,7 +26,8 @@ from typing import Sequence
 from .validation import positive_int
 
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
-           "MODELS", "model_spec", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "GPU_MEMORY_UTILIZATION", "usable_memory",
+           "MODELS", "model_spec", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
+           "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
 
 KiB = 1024
@@ -310,6 +311,8 @@ PEAK_BANDWIDTH_GBS = {
     "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
     "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
 }
+# Dense fp16 tensor-core TFLOP/s (vendor datasheets), for the roofline's other side.
+PEAK_FP16_TFLOPS = {"T4": 65, "A100 40GB": 312, "A100 80GB": 312, "H100": 989}
 
 # The share of a GPU's memory a serving engine takes for weights, activations and the KV cache:
 # vLLM's ``gpu_memory_utilization`` default. Every capacity in the course uses this one rule.

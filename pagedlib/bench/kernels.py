@@ -21,12 +21,13 @@ import subprocess
 import sys
 import tempfile
 import types
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..kernels import launch
+from ..kernels.launch import SM_LIMITS
 
 CAPABILITIES = (75, 80, 90)                  # T4, A100, H100
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
@@ -37,28 +38,6 @@ BLOCK_SIZE = 16                              # the course's page size (vLLM's de
 WRITE_KV_HEADS = 8                           # write_kv copies all KV heads of a token: Llama-3-8B's 8
 HEADER = ("kernel capability dtype head_dim group tile warps stages registers spill_bytes shared_bytes "
           "programs_per_sm")
-
-
-@dataclass(frozen=True)
-class SMLimits:
-    """One streaming multiprocessor's limits (CUDA programming guide, compute capabilities table)."""
-
-    shared_per_sm: int          # bytes of shared memory for all resident programs
-    shared_per_program: int     # the most one program (thread block) may have
-    reserved_shared: int        # bytes CUDA keeps per program (1 KB from Ampere on)
-    max_warps: int              # resident warps
-    max_programs: int           # resident thread blocks
-    registers: int = 64 * 1024  # 32-bit registers per SM, in 4 partitions
-    max_registers: int = 255    # per thread
-
-
-SM_LIMITS = {
-    75: SMLimits(64 * 1024, 64 * 1024, 0, 32, 16),              # T4
-    80: SMLimits(164 * 1024, 163 * 1024, 1024, 64, 32),         # A100
-    86: SMLimits(100 * 1024, 99 * 1024, 1024, 48, 16),          # A10G, RTX 30xx
-    89: SMLimits(100 * 1024, 99 * 1024, 1024, 48, 24),          # L4, RTX 40xx
-    90: SMLimits(228 * 1024, 227 * 1024, 1024, 64, 32),         # H100, H200
-}
 
 
 def programs_per_sm(capability: int, registers: int, shared_bytes: int, warps: int) -> int:

@@ -27,6 +27,28 @@ COPY_WARPS = 4               # merge and write_kv: element-wise kernels without 
 INTERPRETER = None           # the "capability" of the Triton interpreter (CPU): no registers to spill
 
 
+@dataclass(frozen=True)
+class SMLimits:
+    """One streaming multiprocessor's limits (CUDA programming guide, compute capabilities table)."""
+
+    shared_per_sm: int          # bytes of shared memory for all resident programs
+    shared_per_program: int     # the most one program (thread block) may have
+    reserved_shared: int        # bytes CUDA keeps per program (1 KB from Ampere on)
+    max_warps: int              # resident warps
+    max_programs: int           # resident thread blocks
+    registers: int = 64 * 1024  # 32-bit registers per SM, in 4 partitions
+    max_registers: int = 255    # per thread
+
+
+SM_LIMITS = {
+    75: SMLimits(64 * 1024, 64 * 1024, 0, 32, 16),              # T4
+    80: SMLimits(164 * 1024, 163 * 1024, 1024, 64, 32),         # A100
+    86: SMLimits(100 * 1024, 99 * 1024, 1024, 48, 16),          # A10G, RTX 30xx
+    89: SMLimits(100 * 1024, 99 * 1024, 1024, 48, 24),          # L4, RTX 40xx
+    90: SMLimits(228 * 1024, 227 * 1024, 1024, 64, 32),         # H100, H200
+}
+
+
 def pad_head_dim(head_dim: int) -> int:
     """``HEAD_DIM_PAD``: a power of two, at least 16 (tl.arange needs a power of two, tl.dot 16)."""
     return max(16, triton.next_power_of_2(head_dim))

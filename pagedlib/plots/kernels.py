@@ -17,23 +17,31 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from ..capacity import PEAK_BANDWIDTH_GBS
+from ..capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
+from ..kernels.launch import SM_LIMITS
 from ..kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from .style import COLORS
 
 __all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
            "decode_kernel_map", "split_k_ranges", "kernel_bandwidth", "read_bench_csv"]
 
+
+def _spec(sms: int, dram_gb: int, l2_mb: int, peaks: str, capability: int) -> dict[str, float]:
+    """One GPU's numbers; bandwidth, FLOP/s and the SM's shared memory and registers come from their
+    one home (``capacity`` for the peaks, ``kernels.launch.SM_LIMITS`` for the SM)."""
+    sm = SM_LIMITS[capability]
+    return dict(sms=sms, dram_gb=dram_gb, dram_gbs=PEAK_BANDWIDTH_GBS[peaks], l2_mb=l2_mb,
+                smem_kb=sm.shared_per_sm // 1024, regs_kb=sm.registers * 4 // 1024,
+                fp16_tflops=PEAK_FP16_TFLOPS[peaks])
+
+
 # Vendor datasheet numbers, per GPU: streaming multiprocessors, DRAM (HBM, or GDDR6 on the T4) in GB
 # and GB/s, L2 in MB, shared memory (the SRAM a program's tiles live in) and registers per SM in KB,
 # dense fp16 tensor-core TFLOP/s.
 GPU_SPECS: dict[str, dict[str, float]] = {
-    "T4": dict(sms=40, dram_gb=16, dram_gbs=PEAK_BANDWIDTH_GBS["T4"], l2_mb=4, smem_kb=64,
-               regs_kb=256, fp16_tflops=65),
-    "A100 80GB": dict(sms=108, dram_gb=80, dram_gbs=PEAK_BANDWIDTH_GBS["A100 80GB"], l2_mb=40,
-                      smem_kb=164, regs_kb=256, fp16_tflops=312),
-    "H100 SXM": dict(sms=132, dram_gb=80, dram_gbs=PEAK_BANDWIDTH_GBS["H100"], l2_mb=50,
-                     smem_kb=228, regs_kb=256, fp16_tflops=989),
+    "T4": _spec(40, 16, 4, "T4", 75),
+    "A100 80GB": _spec(108, 80, 40, "A100 80GB", 80),
+    "H100 SXM": _spec(132, 80, 50, "H100", 90),
 }
 
 _MEM_COLOURS = {"dram": COLORS["kv"], "l2": COLORS["accent"], "smem": COLORS["shared"],

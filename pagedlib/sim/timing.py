@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..capacity import MODELS, PEAK_BANDWIDTH_GBS
+from ..capacity import MODELS, PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
 
 GB, TB = 10**9, 10**12
 
@@ -50,7 +50,7 @@ class StepTime:
 
 
 # OPT-13B (12.85B parameters, fp16, 800 KiB of K/V per token: capacity.MODELS) on an A100-40GB
-# (1.555 TB/s, 312 TFLOP/s)
+# (its peak bandwidth and fp16 FLOP/s: capacity.PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS)
 OPT13B_A100 = StepTime.roofline(MODELS["opt-13b"].num_params, MODELS["opt-13b"].kv_bytes_per_token,
-                                PEAK_BANDWIDTH_GBS["A100 40GB"] * GB, 312 * TB, efficiency=0.5,
+                                PEAK_BANDWIDTH_GBS["A100 40GB"] * GB, PEAK_FP16_TFLOPS["A100 40GB"] * TB, efficiency=0.5,
                                 bytes_per_param=MODELS["opt-13b"].dtype_bytes)
