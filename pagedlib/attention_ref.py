@@ -212,9 +212,9 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     the cache in place, no gather), a softmax within each row (exponents floored at
     :data:`EXP_FLOOR`), and the probability-weighted sum of
     the value rows (``embedding_bag``: a weighted bag of rows). No sequence is padded, no slot
-    outside a sequence is ever read (NaN there cannot leak). Computed in fp32 (a half-precision
-    cache is converted first: correct, but slow). ``pattern`` is :func:`decode_pattern` of these
-    block tables, if the caller kept it from an earlier layer. ``validate=False`` skips the value
+    outside a sequence is ever read (NaN there cannot leak). Computed in fp32; from a
+    half-precision cache, only the rows the batch reads are converted. ``pattern`` is
+    :func:`decode_pattern` of these block tables, if the caller kept it from an earlier layer. ``validate=False`` skips the value
     checks (as the kernels do); with a ``pattern`` too, it skips every check (the layer that built
     the pattern checked the same batch).
     """
@@ -233,8 +233,11 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
         raise ValueError(f"the cache holds {dims.num_blocks * dims.block_size * dims.num_kv_heads:,} rows of "
                          "head_dim; this reference numbers them with int32 (at most 2**31 - 1): use fewer "
                          "blocks or the triton backend")
-    k_rows = key_cache.float().reshape(-1, dims.head_dim)                  # [cache rows, head_dim]
-    v_rows = value_cache.float().reshape(-1, dims.head_dim)
+    k_rows = key_cache.reshape(-1, dims.head_dim)                          # [cache rows, head_dim]
+    v_rows = value_cache.reshape(-1, dims.head_dim)
+    if k_rows.dtype != torch.float32:   # half precision: convert the rows this batch reads, not the cache
+        k_rows, v_rows = k_rows[columns].float(), v_rows[columns].float()  # [entries, head_dim]
+        columns = torch.arange(len(columns), dtype=columns.dtype, device=columns.device)
     q = query.float().reshape(-1, dims.head_dim)                          # [num_seqs * num_heads, dim]
     pattern = torch.sparse_csr_tensor(crow, columns, q.new_zeros(columns.shape),
                                       size=(q.shape[0], k_rows.shape[0]), check_invariants=False)

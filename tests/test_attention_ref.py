@@ -162,9 +162,15 @@ def test_batched_prefill_matches_per_sequence_reference(lens, heads, kv_heads, h
     torch.testing.assert_close(out, paged_prefill_ref(*args), atol=1e-6, rtol=1e-6)
 
 
-def test_batched_decode_of_half_precision_keeps_the_dtype():
-    x = random_paged_inputs([5, 9, 30], 4, 2, 16, 4, dtype=torch.float16)
+def test_batched_decode_of_half_precision_keeps_the_dtype(monkeypatch):
+    """An fp16 cache gives fp16 out, computed in fp32 from the rows the batch reads: the cache itself
+    (here 16 times larger than what the batch reads) is never converted whole."""
+    x = random_paged_inputs([5, 9, 30], 4, 2, 16, 4, dtype=torch.float16, num_blocks=12 * 16)
+    converted, real = [], torch.Tensor.float
+    monkeypatch.setattr(torch.Tensor, "float", lambda t: converted.append(t.numel()) or real(t))
     out = paged_attention_batched_ref(*x.args())
+    assert converted and max(converted) < x.key_cache.numel() // 4
+    monkeypatch.undo()
     assert out.dtype == torch.float16
     torch.testing.assert_close(out, paged_attention_ref(*x.args()), atol=1e-3, rtol=1e-3)
 
