@@ -210,13 +210,13 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     is a sparse matrix ``[num_seqs * num_heads, cache rows]`` in CSR form, built without a loop;
     then three whole-batch steps: the scores at exactly those entries (``sampled_addmm``, reading
     the cache in place, no gather), a softmax within each row (exponents floored at
-    :data:`EXP_FLOOR`), and the probability-weighted sum of
-    the value rows (``embedding_bag``: a weighted bag of rows). No sequence is padded, no slot
-    outside a sequence is ever read (NaN there cannot leak). Computed in fp32; from a
-    half-precision cache, only the rows the batch reads are converted. ``pattern`` is
-    :func:`decode_pattern` of these block tables, if the caller kept it from an earlier layer. ``validate=False`` skips the value
-    checks (as the kernels do); with a ``pattern`` too, it skips every check (the layer that built
-    the pattern checked the same batch).
+    :data:`EXP_FLOOR`), and the probability-weighted sum of the value rows (``embedding_bag``: a
+    weighted bag of rows). No sequence is padded, no slot outside a sequence is ever read (NaN
+    there cannot leak). Computed in fp32; from a half-precision cache, only the rows the batch
+    reads are converted. ``pattern`` is :func:`decode_pattern` of these block tables, if the caller
+    kept it from an earlier layer. ``validate=False`` skips the value checks (as the kernels do);
+    with a ``pattern`` too, it skips every check (the layer that built the pattern checked the same
+    batch).
     """
     if validate or pattern is None:
         dims, num_heads = check_decode(query, key_cache, value_cache, block_tables, seq_lens, validate)
@@ -229,8 +229,9 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     if pattern is None:
         pattern = decode_pattern(block_tables, seq_lens, dims.block_size, num_heads, dims.num_kv_heads)
     crow, columns, row_len = pattern.crow, pattern.columns, pattern.row_len
-    if dims.num_blocks * dims.block_size * dims.num_kv_heads >= 2**31:
-        raise ValueError(f"the cache holds {dims.num_blocks * dims.block_size * dims.num_kv_heads:,} rows of "
+    cache_rows = dims.num_blocks * dims.block_size * dims.num_kv_heads
+    if cache_rows >= 2**31:
+        raise ValueError(f"the cache holds {cache_rows:,} rows of "
                          "head_dim; this reference numbers them with int32 (at most 2**31 - 1): use fewer "
                          "blocks or the triton backend")
     k_rows = key_cache.reshape(-1, dims.head_dim)                          # [cache rows, head_dim]
