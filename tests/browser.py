@@ -140,9 +140,10 @@ class Chromium:
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
                   mobile=mobile)
 
-    def screenshot(self, path: Path, selector: str | None = None) -> None:
-        """Save a PNG of the page, or of the element `selector` once its layout has settled."""
-        params = {"format": "png", "captureBeyondViewport": True}
+    def screenshot(self, path: Path, selector: str | None = None, *, beyond_viewport: bool = True) -> None:
+        """Save a PNG of the page, or of the element `selector` once its layout has settled;
+        `beyond_viewport=False` keeps to what the window shows."""
+        params = {"format": "png", "captureBeyondViewport": beyond_viewport}
         if selector:
             measure = f"""new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {{
                 const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();

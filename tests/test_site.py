@@ -288,14 +288,11 @@ def visit(b: Chromium, site: Path, page: str, width: int) -> dict:
     facts["viewport"] = b.js("window.innerWidth")
     facts["problems"] = console_problems(b)
     name = page.replace("/", "__")
-    (ARTIFACTS / str(width)).mkdir(parents=True, exist_ok=True)
-    top = b.call("Page.captureScreenshot", format="png")["data"]
-    (ARTIFACTS / str(width) / f"{name}.png").write_bytes(base64.b64decode(top))
+    b.screenshot(ARTIFACTS / str(width) / f"{name}.png", beyond_viewport=False)
     # the whole page: a window as tall as the page (capped), then back to the normal window
     b.viewport(width, min(b.js("document.documentElement.scrollHeight"), 16000), mobile=width < 600)
     time.sleep(0.3)
-    full = b.call("Page.captureScreenshot", format="png")
-    (ARTIFACTS / str(width) / f"{name}.full.png").write_bytes(base64.b64decode(full["data"]))
+    b.screenshot(ARTIFACTS / str(width) / f"{name}.full.png", beyond_viewport=False)
     b.viewport(width, 900, mobile=width < 600)
     _VISITS[key] = facts
     return facts
@@ -383,8 +380,7 @@ def test_phone_sidebar_button_opens_the_chapter_list_and_a_link_works(browser, s
     browser.wait_for_event("Page.loadEventFired", since=before)
     assert browser.js("location.pathname").endswith(f"{target}.html")
     if page == PAGES[0]:
-        shot = browser.call("Page.captureScreenshot", format="png")["data"]
-        (ARTIFACTS / "phone-after-chapter-link.png").write_bytes(base64.b64decode(shot))
+        browser.screenshot(ARTIFACTS / "phone-after-chapter-link.png", beyond_viewport=False)
 
 
 @pytest.mark.slow
@@ -400,8 +396,7 @@ def test_phone_contents_button_opens_the_page_contents(browser, site, page):
     assert until(browser, "document.querySelector('#pst-secondary-sidebar-modal').open"), \
         f"the page-contents button did nothing on {page} at {PHONE} px"
     if page == "notebooks/04_pages":
-        shot = browser.call("Page.captureScreenshot", format="png")["data"]
-        (ARTIFACTS / "phone-page-contents.png").write_bytes(base64.b64decode(shot))
+        browser.screenshot(ARTIFACTS / "phone-page-contents.png", beyond_viewport=False)
 
 
 @pytest.mark.slow
