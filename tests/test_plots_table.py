@@ -33,3 +33,9 @@ def test_a_row_of_the_wrong_length_says_which():
 def test_show_table_prints_text_outside_a_notebook(capsys):
     assert show_table(ROWS[:1], HEADERS) is None
     assert capsys.readouterr().out == "model  layers  KiB/token\ngpt2       12         36\n"
+
+
+def test_placeholders_and_approximate_values_stay_in_a_numeric_column():
+    view = TableView([["none", "~1.0", "n/a"], ["16", "2.5", "n/a"]], ["budget", "paper", "x"])
+    assert view.numeric == [True, True, False]
+    assert view.text().splitlines() == ["budget  paper  x", "  none   ~1.0  n/a", "    16    2.5  n/a"]

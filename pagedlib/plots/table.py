@@ -29,9 +29,14 @@ def _cell(value, floatfmt: str) -> str:
     return str(value)
 
 
+NOT_A_NUMBER = {"none", "-", "n/a", "nan", "inf"}   # placeholders in a column of numbers
+
+
 def _numeric(text: str) -> bool:
-    """A cell that reads as a number (12, 1,024, -2.4%, 0.036 s, 2.1x): right-aligned."""
-    head = text.strip().split(" ")[0].rstrip("%x")
+    """A cell that reads as a number (12, 1,024, -2.4%, ~1.0, 0.036 s, 2.1x): right-aligned."""
+    head = text.strip().split(" ")[0].rstrip("%x").lstrip("~$")
+    if head.lower() in NOT_A_NUMBER:
+        return True
     return bool(head) and head.lstrip("+-").replace(",", "").replace(".", "", 1).isdigit()
 
 
@@ -48,8 +53,9 @@ class TableView:
                                  f"headers ({self.headers}); give every row one cell per header")
         self.caption = " ".join(caption.split())
         columns = list(zip(*self.rows)) if self.rows else [()] * len(self.headers)
-        # a column is numeric when every non-empty cell in it is a number
-        self.numeric = [bool(col) and all(_numeric(c) for c in col if c.strip()) for col in columns]
+        # a column is numeric when every non-empty cell in it is a number or a placeholder ("none")
+        self.numeric = [any(_numeric(c) and c.strip().lower() not in NOT_A_NUMBER for c in col)
+                        and all(_numeric(c) for c in col if c.strip()) for col in columns]
 
     def _repr_html_(self) -> str:
         def row_html(cells, tag):
