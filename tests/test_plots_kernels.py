@@ -7,7 +7,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import pytest
+from figures import check_open_figures  # noqa: E402
 
 from pagedlib.plots import kernels  # noqa: E402
 from pagedlib.plots.kernels import (GPU_SPECS, attention_intensity, ridge_point,  # noqa: E402
@@ -20,7 +21,7 @@ PRIMER = ROOT / "book" / "gpu-primer.md"
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
-    plt.close("all")
+    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
 
 
 def test_intensity_and_ridge_point():
