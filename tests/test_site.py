@@ -172,7 +172,7 @@ def test_course_style_is_readable_and_2x():
 
     assert mpl.rcParams["savefig.dpi"] == PIXEL_RATIO * mpl.rcParams["figure.dpi"] and PIXEL_RATIO >= 2
     sizes = [v for k, v in RC_PARAMS.items() if "size" in k and k != "figure.figsize"]
-    assert min(sizes) >= SMALLEST_FONT + 2
+    assert min(sizes) >= SMALLEST_FONT + 1
     assert mpl.rcParams["figure.figsize"][0] * mpl.rcParams["figure.dpi"] <= 780   # fits the column
 
 

@@ -56,6 +56,23 @@ def wrap(text: str, width_in: float = FIGURE_WIDTH, fontsize: float = 12) -> str
     return "\n".join(textwrap.wrap(" ".join(text.split()), chars))
 
 
+def fit(fig):
+    """Wrap ``fig``'s titles, axis labels and suptitle to the figure's width; returns ``fig``.
+
+    A title written as one line for a wide figure becomes two or three lines in a narrow one,
+    instead of making the figure wider than FIGURE_WIDTH (and so smaller on a phone).
+    """
+    width = fig.get_figwidth()
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label]
+    for t in texts:
+        if t.get_text():
+            t.set_text("\n".join(wrap(line, width, t.get_fontsize()) if line.strip() else line
+                                 for line in t.get_text().split("\n")))
+    return fig
+
+
 def phone_text_px(fig, phone_width: int = PHONE_WIDTH) -> tuple[float, str]:
     """The height in CSS px of ``fig``'s smallest text when the figure is shown ``phone_width`` px
     wide (or at its own width, if narrower), and that text.
@@ -98,4 +115,4 @@ def use_course_style() -> None:
 
 
 __all__ = ["COLORS", "PADDING_HATCH", "DISPLAY_DPI", "PIXEL_RATIO", "SMALLEST_FONT", "PHONE_WIDTH",
-           "PHONE_TEXT_PX", "FIGURE_WIDTH", "RC_PARAMS", "phone_text_px", "use_course_style", "wrap"]
+           "PHONE_TEXT_PX", "FIGURE_WIDTH", "RC_PARAMS", "phone_text_px", "use_course_style", "wrap", "fit"]
