@@ -112,6 +112,17 @@ def use_course_style() -> None:
     # "retina": the PNG holds 2x the pixels and its metadata asks for the 1x size, which both
     # Jupyter and the site (myst-nb reads the width) honour.
     set_matplotlib_formats("retina")
+    # ...and every figure a cell shows has its titles and labels wrapped to its width first (fit),
+    # so a long title never widens a figure past FIGURE_WIDTH (and shrinks it on a phone).
+    from matplotlib.figure import Figure
+
+    png = get_ipython().display_formatter.formatters["image/png"]
+    draw = png.lookup_by_type(Figure)
+    if not getattr(draw, "_fits_first", False):
+        def fitted(fig, draw=draw):
+            return draw(fit(fig))
+        fitted._fits_first = True
+        png.for_type(Figure, fitted)
 
 
 __all__ = ["COLORS", "PADDING_HATCH", "DISPLAY_DPI", "PIXEL_RATIO", "SMALLEST_FONT", "PHONE_WIDTH",
