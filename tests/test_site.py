@@ -8,7 +8,11 @@ already have instead, set ``PAGEDLIB_SITE=_build/html``.
 For every page and width: no horizontal page overflow; every content image has alt text that says
 what it shows (not a file name) and at least 1.5x as many pixels as it is shown with; no console
 error other than failed requests to external hosts (the test machine may have no internet); no
-stored widget view. At 400 px the sidebar button opens the chapter list and a chapter link in it
+stored widget view; no wrapped line in a printed output or a table cell; every figure narrow enough
+that its text is 9 px or more on a 360 px phone; and the reading details of issue 29 (no
+fullscreen button, a two-line title on a phone, captions in weight 400, prose lines of at most
+about 70 characters, a header line and one "In production today" box per chapter, figures numbered
+per chapter). At 400 px the sidebar button opens the chapter list and a chapter link in it
 works; at 1400 px the chapter list is shown and its button hides it. Screenshots of every page (the
 top of the page, and the whole page) at both widths go to ``artifacts/site/``: look at them.
 
