@@ -21,9 +21,10 @@ def test_a_record_is_labelled_with_gpu_versions_and_date(tmp_path):
                                 "triton": "3.5.0", "CUDA": "12.8"}, "date": "2026-12-01",
                                 "attention": [ROW], "block_size": [ROW]}))
     record = gpu_record.load(path)
-    assert gpu_record.label(record) == ("Stored GPU record, not measured now: NVIDIA H100 80GB HBM3, "
-                                        "torch 2.9.0, triton 3.5.0, CUDA 12.8, 2026-12-01 "
-                                        "(scripts/gpu_check.sh)")
+    assert gpu_record.label(record) == ("Stored GPU record (scripts/gpu_check.sh), not measured now:\n"
+                                        "NVIDIA H100 80GB HBM3, torch 2.9.0, triton 3.5.0, CUDA 12.8, "
+                                        "2026-12-01")
+    assert all(len(line) <= 88 for line in gpu_record.MISSING.splitlines())
     assert gpu_record.table_rows(record["attention"]) == [
         ["8", "2,048", "16", "1", "41.2", "38.0", "1620", "48%", "0.92x", "21.8x"]]
 

@@ -28,8 +28,9 @@ CAPTION = ("paged us: the kernel's time per decode step; GB/s: the bandwidth it 
            "that as a share of the GPU's datasheet peak; vs sdpa: SDPA's time over a contiguous "
            "cache divided by the kernel's (above 1, paging is faster); vs ref: how many times faster "
            "than the PyTorch gather; splits: the split-K choice of chapter 9.")
-MISSING = ("No GPU here, and no stored GPU record yet (`bash scripts/gpu_check.sh` on a CUDA GPU "
-           "writes one): this page shows no timings, only the interpreter's correctness check.")
+# printed lines of at most 88 characters: a printed output keeps its lines on the site
+MISSING = ("No GPU here, and no stored GPU record yet (`bash scripts/gpu_check.sh` on a CUDA GPU\n"
+           "writes one): no timings, only the interpreter's correctness check.")
 
 
 def load(path: Path | str = RECORD) -> dict | None:
@@ -48,8 +49,8 @@ def load(path: Path | str = RECORD) -> dict | None:
 def label(record: dict) -> str:
     """One line that says where the numbers come from: GPU, versions, date."""
     versions = ", ".join(f"{name} {v}" for name, v in record["versions"].items())
-    return (f"Stored GPU record, not measured now: {record['gpu']}, {versions}, "
-            f"{record['date']} (scripts/gpu_check.sh)")
+    return (f"Stored GPU record (scripts/gpu_check.sh), not measured now:\n"
+            f"{record['gpu']}, {versions}, {record['date']}")
 
 
 def table_rows(rows: list[dict]) -> list[list[str]]:
