@@ -79,7 +79,7 @@ def test_wrong_answers_do_not_reveal_the_reference(exercise):
     if exercise.is_function:
         return
     for wrong in exercise.wrong:
-        message = exercise.check(wrong).message
+        message = exercise.check(wrong).message.replace(repr(wrong), "")  # its own answer is no clue
         assert repr(exercise.reference) not in message
 
 
