@@ -433,12 +433,16 @@ class Exercise:
             more = f" Next: .hint({n + 1})." if n < len(self.hints) else " Next: .solution()."
             _show(_Text(f"{self.hint_title(n)}: {self.hints[n - 1]}{more}"))
 
+    def solution_code(self) -> str:
+        """The solution's Python: the reference function's source, or the answer's repr. The site
+        shows it highlighted, with the explanation as prose below it."""
+        if self.is_function:
+            return textwrap.dedent(inspect.getsource(self.reference)).rstrip("\n")
+        return repr(self.reference)
+
     def solution_text(self) -> str:
         """The solution as ``.solution()`` shows it (a subclass may override either)."""
-        if self.is_function:
-            body = textwrap.dedent(inspect.getsource(self.reference))
-        else:
-            body = repr(self.reference)
+        body = self.solution_code()
         text = f"Solution to {self.name}:\n{body}"
         if self.explanation:
             text += f"\n{self.explanation}"

@@ -263,9 +263,13 @@ class PoolExercise(Exercise):
                 return INCORRECT, f"{where}: {_diagnose_pool(got, expected)}"
         return CORRECT, ""
 
+    def solution_code(self) -> str:
+        """The two methods of the pool class."""
+        return "\n".join(textwrap.dedent(inspect.getsource(m))
+                         for m in (self.reference.fork, self.reference.append)).rstrip("\n")
+
     def solution(self) -> None:
-        body = "\n".join(textwrap.dedent(inspect.getsource(m))
-                         for m in (self.reference.fork, self.reference.append))
+        body = self.solution_code() + "\n"
         _show(_Text(f"Solution to {self.name} (the two methods of your pool class):\n{body}\n"
                     f"{self.explanation}"))
 
