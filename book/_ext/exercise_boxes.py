@@ -49,10 +49,11 @@ def _cell_source(node) -> str:
 
 def _starts_exercise(node) -> bool:
     """A paragraph that opens a statement: its first words, in bold, start with "Exercise"."""
-    if not isinstance(node, nodes.paragraph) or not node.children:
+    if not isinstance(node, nodes.paragraph):
         return False
-    first = node.children[0]
-    return isinstance(first, nodes.strong) and first.astext().strip().lower().startswith("exercise")
+    children = [c for c in node.children if not (isinstance(c, nodes.Text) and not c.astext().strip())]
+    return (bool(children) and isinstance(children[0], nodes.strong)
+            and children[0].astext().strip().lower().startswith("exercise"))
 
 
 def _statement(siblings: list, end: int) -> list:
@@ -102,12 +103,12 @@ def _answer_box(exercise) -> str:
     spec = json.dumps(answer_spec(exercise), ensure_ascii=True).replace("</", "<\\/")
     slug = re.sub(r"[^a-z0-9]+", "-", exercise.name.lower())
     kind = type(exercise.reference).__name__
-    example = {"int": "12", "float": "0.25", "list": "[1, 2]", "tuple": "(1, 2)", "str": "'A'"}.get(kind, "")
+    example = {"int": "12", "float": "0.25", "list": "[1, 2]", "tuple": "(1, 2)", "str": "'A'"}.get(kind, "...")
     return (f'<div class="pagedlib-answer">'
             f'<label for="answer-{slug}">Your answer, as you would type it in Python:</label>'
             f'<div class="pagedlib-answer-row">'
             f'<input id="answer-{slug}" type="text" data-testid="answer" autocomplete="off" '
-            f'autocapitalize="off" spellcheck="false" inputmode="text" placeholder="a {kind}, e.g. {example}">'
+            f'autocapitalize="off" spellcheck="false" inputmode="text" placeholder="e.g. {example}">'
             f'<button type="button" class="pagedlib-check" data-testid="check">Check</button>'
             f'<button type="button" class="pagedlib-hint-button" data-testid="hint">Hint</button>'
             f'</div>'
@@ -215,6 +216,14 @@ def build_boxes(app, doctree) -> None:
         parent.remove(raw)
         for offset, node in enumerate(box):
             parent.insert(at + offset, node)
+    # any other "# Uncomment for help" cell (one not next to its exercise's first check) goes too,
+    # and so does the stored "Not attempted yet" of any later check cell
+    for cell in [n for n in doctree.findall(nodes.container) if _is_code_cell(n)]:
+        source = _cell_source(cell)
+        if source.lstrip().startswith("# Uncomment for help") and cell.parent is not None:
+            cell.parent.remove(cell)
+        elif ".check(" in source:
+            _drop_not_attempted(cell)
 
 
 def setup(app):
