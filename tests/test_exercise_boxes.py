@@ -32,7 +32,7 @@ ARTIFACTS = ROOT / "artifacts" / "exercises"
 JS = ROOT / "_static" / "exercises.js"
 EXERCISES = registry()
 VALUE = {name: ex for name, ex in EXERCISES.items() if ex.is_declarative}
-BOOK_CHAPTERS = ["02_reserve_max", "08_triton_kernel", "10_serving_engine"]
+BOOK_CHAPTERS = ["02_reserve_max", "06_sharing", "08_triton_kernel", "10_serving_engine"]
 WIDTHS = (400, 1400)
 
 
@@ -257,3 +257,77 @@ def test_solutions_are_highlighted_python_that_keeps_its_lines(browser, site, wi
     assert sol["prose"] and ex.explanation[:30] in sol["prose"]
     _shot(browser, ARTIFACTS / f"ch02-solution-{width}.png", f'[data-exercise="{name}"] details.pagedlib-solution')
     browser.screenshot(ARTIFACTS / f"ch02-page-{width}.png", beyond_viewport=False)
+
+
+# ---- the steppers (_static/steppers.js) ---------------------------------------------------------
+def _stepper_data(browser, kind: str) -> dict:
+    return browser.js(f"""(() => {{ const d = document.querySelector('.pagedlib-stepper[data-stepper="{kind}"]');
+        return {{...d.dataset}}; }})()""")
+
+
+def test_the_online_softmax_stepper_computes_pagedlib_s_numbers(browser, site):
+    from pagedlib.attention.reference import online_softmax_steps
+    _open(browser, site, "08_triton_kernel", 1400)
+    data = _stepper_data(browser, "online-softmax")
+    scores, values = json.loads(data["scores"]), json.loads(data["values"])
+    for tile in range(1, len(scores) + 1):
+        got = browser.js(f"pagedlibSteppers.onlineSoftmax({data['scores']}, {data['values']}, {tile})")
+        want = online_softmax_steps(scores, values, tile)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            for key in ("start", "end", "tile_max", "m", "alpha", "l", "acc", "out"):
+                assert g[key] == pytest.approx(w[key], rel=1e-12, abs=1e-15), (tile, key, g, w)
+        import torch
+        exact = (torch.tensor(scores, dtype=torch.float64).softmax(0) @ torch.tensor(values, dtype=torch.float64))
+        assert got[-1]["out"] == pytest.approx(exact.item(), rel=1e-12)
+
+
+def test_the_refcount_stepper_follows_the_chapter_s_pool(browser, site):
+    from pagedlib.exercises.ch06 import SharingPool
+    _open(browser, site, "06_sharing", 1400)
+    data = _stepper_data(browser, "refcount")
+    script = json.loads(data["script"])
+    got = browser.js(f"pagedlibSteppers.refcountSteps({data['blocks']}, {data['blockSize']}, {data['script']})")
+    pool = SharingPool(int(data["blocks"]), int(data["blockSize"]))
+    want = [{"tables": {}, "lens": {}, "ref": list(pool.ref), "free": list(pool.free_blocks), "copies": []}]
+    for op, *args in script:
+        copies = getattr(pool, op)(*args) or []
+        want.append({"tables": {k: list(v) for k, v in pool.tables.items()}, "lens": dict(pool.lens),
+                     "ref": list(pool.ref), "free": list(pool.free_blocks), "copies": [list(c) for c in copies]})
+    assert got == want
+    assert any(step["copies"] for step in want) and "free" in {op for op, *_ in script}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("chapter, kind", [("08_triton_kernel", "online-softmax"), ("06_sharing", "refcount")])
+def test_the_steppers_step(browser, site, chapter, kind, width):
+    _open(browser, site, chapter, width)
+    box = f'.pagedlib-stepper[data-stepper="{kind}"]'
+    assert browser.js(f"document.querySelector('{box}').classList.contains('pagedlib-stepper-ready')")
+    total = browser.js(f"""(() => {{ const b = document.querySelector('{box}');
+        return (b.pagedlibSteps || b.pagedlibStates.slice(1)).length; }})()""")
+    rows = lambda: browser.js(f"document.querySelector('{box} [data-testid=stepper-table]').rows.length")  # noqa: E731
+    at = lambda: int(browser.js(f"document.querySelector('{box}').dataset.at"))  # noqa: E731
+    assert at() == 0
+    for n in range(1, total + 1):
+        browser.click(f'{box} [data-testid="stepper-next"]')
+        assert at() == n
+        if kind == "online-softmax":
+            assert rows() == n + 1                       # the header and one row per tile read
+    assert browser.js(f"document.querySelector('{box} [data-testid=stepper-next]').disabled")
+    if kind == "online-softmax":
+        assert "the same: done" in browser.js(f"document.querySelector('{box} [data-testid=stepper-note]').innerText")
+    else:
+        op = browser.js(f"document.querySelector('{box} [data-testid=stepper-op]').innerText")
+        assert op.startswith(f"Step {total}:")
+    _shot(browser, ARTIFACTS / f"stepper-{kind}-{width}.png", box)
+    browser.click(f'{box} [data-testid="stepper-back"]')
+    assert at() == total - 1
+    browser.click(f'{box} [data-testid="stepper-reset"]')
+    assert at() == 0
+    if kind == "online-softmax":
+        browser.js(f"""(() => {{ const s = document.querySelector('{box} [data-testid=stepper-tile]');
+            s.value = '3'; s.dispatchEvent(new Event('change')); }})()""")
+        assert browser.js(f"document.querySelector('{box}').pagedlibSteps.length") == 4
+    assert browser.js("document.documentElement.scrollWidth") <= width, "the page scrolls sideways"
+    assert console_problems(browser) == []
