@@ -442,7 +442,7 @@ class Exercise:
 
     def solution_text(self) -> str:
         """The solution as ``.solution()`` shows it (a subclass may override either)."""
-        body = self.solution_code()
+        body = self.solution_code() + ("\n" if self.is_function else "")   # a blank line after code
         text = f"Solution to {self.name}:\n{body}"
         if self.explanation:
             text += f"\n{self.explanation}"
