@@ -74,6 +74,7 @@ def browser():
         yield b
 
 
+@pytest.mark.slow
 def test_the_page_gives_every_value_exercise_the_python_checker_s_verdict(browser, capsys):
     browser.open("about:blank")
     browser.js(JS.read_text() + "; 0")
@@ -97,6 +98,7 @@ def test_the_page_gives_every_value_exercise_the_python_checker_s_verdict(browse
     assert len(targeted) >= 40
 
 
+@pytest.mark.slow
 def test_the_page_reads_python_as_typed(browser):
     browser.open("about:blank")
     browser.js(JS.read_text() + "; 0")
@@ -149,6 +151,7 @@ def _checked(chapter) -> list[str]:
     return [name for _, name in sync_notebooks.checked_exercises(cells)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chapter", BOOK_CHAPTERS)
 def test_one_box_per_exercise_with_its_statement_once(browser, site, chapter):
     _open(browser, site, chapter, 1400)
@@ -207,6 +210,7 @@ def _answer(browser, name: str, text: str) -> dict:
         return {{text: v.innerText, html: v.innerHTML, state: v.dataset.state}}; }})()""")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_value_answers_get_their_verdict_on_the_page(browser, site, width):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -243,6 +247,7 @@ def test_value_answers_get_their_verdict_on_the_page(browser, site, width):
     assert console_problems(browser) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_solutions_are_highlighted_python_that_keeps_its_lines(browser, site, width):
     _open(browser, site, "02_reserve_max", width)
@@ -268,6 +273,7 @@ def _stepper_data(browser, kind: str) -> dict:
         return {{...d.dataset}}; }})()""")
 
 
+@pytest.mark.slow
 def test_the_online_softmax_stepper_computes_pagedlib_s_numbers(browser, site):
     from pagedlib.attention.reference import online_softmax_steps
     _open(browser, site, "08_triton_kernel", 1400)
@@ -285,6 +291,7 @@ def test_the_online_softmax_stepper_computes_pagedlib_s_numbers(browser, site):
         assert got[-1]["out"] == pytest.approx(exact.item(), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_the_refcount_stepper_follows_the_chapter_s_pool(browser, site):
     from pagedlib.exercises.ch06 import SharingPool
     _open(browser, site, "06_sharing", 1400)
@@ -301,6 +308,7 @@ def test_the_refcount_stepper_follows_the_chapter_s_pool(browser, site):
     assert any(step["copies"] for step in want) and "free" in {op for op, *_ in script}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("chapter, kind", [("08_triton_kernel", "online-softmax"), ("06_sharing", "refcount")])
 def test_the_steppers_step(browser, site, chapter, kind, width):
