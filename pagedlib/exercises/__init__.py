@@ -56,6 +56,9 @@ MIN_HINTS = len(HINT_RUNGS)
 RUN_IT_YOURSELF = ("(Reading this on the website? Open the chapter in Colab with the badge at the top "
                    "of the page, then run the cells.)")
 
+# What a wrong answer that no listed mistake explains gets; the website's checker shows the same words.
+TRY_A_HINT = "Try `.hint()` (on the website: the Hint button)."
+
 _COLOURS = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#6e7781"}
 _ICONS = {CORRECT: "Correct", INCORRECT: "Incorrect", NOT_ATTEMPTED: "Not attempted yet"}
 
@@ -353,7 +356,7 @@ class Exercise:
         else:
             base = f"{_short(answer)} is not right."
         message = self._mistake_message(answer, args, expected) or self._diagnosis(answer, expected, args)
-        return INCORRECT, f"{base} {message}" if message else f"{base} Try `.hint()`."
+        return INCORRECT, f"{base} {message}" if message else f"{base} {TRY_A_HINT}"
 
     def _mistake_message(self, answer: Any, args: tuple | None, expected: Any = None) -> str | None:
         """The message of the first listed mistake that ``answer`` matches (on input ``args``)."""
