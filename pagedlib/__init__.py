@@ -56,7 +56,7 @@ _EXPORTS = {
     # capacity
     "pages_for": "capacity", "reserve_max_plan": "capacity", "paged_plan": "capacity",
     "Plan": "capacity", "ModelSpec": "capacity", "MODELS": "capacity", "GPUS": "capacity",
-    "blocks_for_gpu": "capacity",
+    "blocks_for_gpu": "capacity", "requests_that_fit": "capacity",
     # allocators
     "ReserveMaxAllocator": "allocators", "FirstFitAllocator": "allocators",
     # block manager
