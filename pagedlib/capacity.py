@@ -415,6 +415,9 @@ def requests_that_fit(model: "ModelSpec | str", gpu: int | str, seq_len: int,
     spec = model_spec(model)
     if _int(seq_len, 1) is None:
         raise ValueError(f"seq_len must be an integer of at least 1 token; got {seq_len!r}")
+    if seq_len > spec.max_len:
+        raise ValueError(f"seq_len={seq_len:,} is past {spec.name}'s max_len={spec.max_len:,}; "
+                         f"ask for at most max_len tokens")
     utilization = GPU_MEMORY_UTILIZATION if utilization is None else utilization
     budget = usable_memory(gpu, utilization) - spec.weights_bytes - activation_bytes
     return max(budget, 0) // spec.kv_bytes(seq_len)

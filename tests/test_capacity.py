@@ -270,6 +270,8 @@ def test_requests_that_fit_follows_the_shape():
     assert gemma.kv_bytes(131_072) < llama.kv_bytes(131_072) < gemma.replace(sliding_window=None).kv_bytes(131_072)
     with pytest.raises(ValueError, match="seq_len"):
         requests_that_fit(llama, "H200", 0)
+    with pytest.raises(ValueError, match="past qwen3-8b's max_len=40,960"):
+        requests_that_fit("qwen3-8b", "H200", 131_072)
 
 
 def test_modern_configs_are_the_published_ones():
