@@ -2,7 +2,7 @@
 import pytest
 
 import pagedlib
-from pagedlib.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
+from pagedlib.memory.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
                                pages_for, usable_memory)
 
 SEED = [512, 37, 1900, 128, 4]
@@ -152,7 +152,7 @@ def test_numpy_integers_are_accepted():
 # ---- shapes beyond 2 x layers x kv_heads x head_dim x bytes ---------------------------------------
 from hypothesis import given, strategies as st
 
-from pagedlib.capacity import requests_that_fit
+from pagedlib.memory.capacity import requests_that_fit
 
 
 def _plain(**kw):
