@@ -470,13 +470,13 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
 ]}
 
 # Peak DRAM bandwidth in GB/s (vendor datasheets), by the datasheets' names: the yardstick of a
-# memory-bound kernel (chapters 8-9, pagedlib.bench.attention) and the roofline clock of the simulator
+# memory-bound kernel (chapters 8-9, pagedlib.bench.attention) and the linear step-cost model of the simulator
 # (chapter 12, pagedlib.sim.timing).
 PEAK_BANDWIDTH_GBS = {
     "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
     "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
 }
-# Dense fp16 tensor-core TFLOP/s (vendor datasheets), for the roofline's other side.
+# Dense fp16 tensor-core TFLOP/s (vendor datasheets), for the compute side of both.
 PEAK_FP16_TFLOPS = {"T4": 65, "A100 40GB": 312, "A100 80GB": 312, "H100": 989}
 
 # The share of a GPU's memory a serving engine takes for weights, activations and the KV cache:
