@@ -1,8 +1,11 @@
-"""Capacity math: how big the KV cache is, and how many requests fit it (chapters 1, 2 and 4).
+"""Capacity math: how big the KV cache is, and how many requests fit it (chapters 1, 2, 4 and 12).
 
-Every token a model has seen leaves a key and a value vector in every layer. Their size per token is
-``2 * layers * kv_heads * head_dim * dtype_bytes`` (:attr:`ModelSpec.kv_bytes_per_token`). How many
-requests fit a GPU then depends on how the cache is laid out:
+Every token a model has seen leaves a key and a value vector in every layer. For the plain shape their
+size per token is ``2 * layers * kv_heads * head_dim * dtype_bytes`` (:attr:`ModelSpec.kv_bytes_per_token`);
+sliding windows, MLA latents, hybrid fixed state, the KV dtype and tensor parallelism change it, and
+:meth:`ModelSpec.kv_bytes` counts what a sequence of a given length really keeps (per GPU);
+:func:`requests_that_fit` divides a GPU's budget by it. How many requests fit a GPU then depends on
+how the cache is laid out:
 
 - *reserve-max* (:func:`reserve_max_plan`): every request gets one contiguous slot of ``max_len``
   tokens, because its final length is unknown. Short replies leave most of the slot as padding.
