@@ -398,7 +398,8 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("deepseek-v3", 61, 128, 128, 192, 671_000_000_000, 163_840, kv_latent_dim=512 + 64,
               weights_size=671_000_000_000),
     # hybrid: "full_attention_interval": 4 over 48 layers, so 36 Gated DeltaNet layers, each with a
-    # state of 32 value heads x 128 x 128 plus a 3-step convolution over 2x16x128 + 32x128 channels
+    # state of 32 value heads x 128 x 128 plus a 3-step convolution over 2x16x128 + 32x128 channels,
+    # counted in bf16 (an engine may keep the recurrent state in fp32: vLLM's mamba_ssm_cache_dtype)
     ModelSpec("qwen3-coder-next", 48, 16, 2, 256, 79_674_391_296, 262_144, num_state_layers=36,
               state_bytes_per_layer=(32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3) * 2),
 ]}
