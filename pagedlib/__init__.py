@@ -64,6 +64,7 @@ _EXPORTS = {
     # attention
     "paged_attention_ref": "attention_ref", "paged_prefill_ref": "attention_ref",
     "paged_attention": "attention", "paged_prefill": "attention", "write_kv": "attention",
+    "paged_attention_varlen": "attention",
     # engine
     "PagedBatch": "layers", "KVCache": "layers", "PagedModel": "layers",
     "GPT2": "model", "Llama": "llama", "from_hf": "models", "from_pretrained": "models",

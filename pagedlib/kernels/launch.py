@@ -97,6 +97,12 @@ class LaunchConfig:
     num_stages: int          # tiles loaded ahead by the software pipeline
     dot_precision: str       # "ieee" (true fp32) or "tf32" (ignored for fp16 and bf16)
 
+    @property
+    def block_q(self) -> int:
+        """``BLOCK_Q``: new tokens per program of the varlen kernel, whose packed tile has ``group_pad``
+        rows, each (token, query head of the group): 16 tokens at group 1, 2 at group 8, 1 past 16."""
+        return self.group_pad // self.group
+
 
 def launch_config(head_dim: int, dtype: torch.dtype, group: int,
                   capability: tuple[int, int] | None) -> LaunchConfig:
@@ -156,6 +162,22 @@ def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
 def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``prefill_kernel``."""
     return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, **_loop_meta(cfg, block_size))
+
+
+VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens
+
+
+def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
+    """Constexprs and options of ``varlen_kernel``: the packed tile is ``group_pad`` rows of
+    ``block_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
+    return dict(GROUP=cfg.group, BLOCK_M=cfg.group_pad, BLOCK_Q=cfg.block_q, SPLIT_Q=VARLEN_SPLIT_Q,
+                **_loop_meta(cfg, block_size))
+
+
+def varlen_merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
+    """Constexprs and options of ``varlen_merge_kernel``."""
+    return dict(SPLIT_Q=VARLEN_SPLIT_Q, SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=cfg.head_dim,
+                HEAD_DIM_PAD=cfg.head_dim_pad, num_warps=COPY_WARPS, num_stages=1)
 
 
 def merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
