@@ -204,7 +204,7 @@ def _fake_versions_then_import(triton: str, numpy: str) -> str:
             "    import pagedlib\n"
             "except Exception as error:\n"
             "    print(type(error).__name__, error.fix)\n"
-            "print('kernels loaded:', any(m.startswith('pagedlib.kernels') for m in sys.modules))\n")
+            "print('kernels loaded:', any(m.startswith('pagedlib.attention.kernels') for m in sys.modules))\n")
 
 
 def test_import_refuses_a_silently_wrong_combination_before_any_kernel(tmp_path):

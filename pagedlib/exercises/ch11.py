@@ -1,12 +1,13 @@
 """Chapter 11 exercises: steps to a long prompt's first token under a token budget; one budgeted step.
 
-Both follow the rule of :mod:`pagedlib.scheduler` with ``max_num_batched_tokens``: each step schedules
+Both follow the rule of :mod:`pagedlib.engine.scheduler` with ``max_num_batched_tokens``: each step schedules
 at most ``budget`` new tokens, the running requests' decode tokens first (one each, oldest first), then
 prefill chunks in arrival order, a prompt that does not fit being cut into chunks over several steps.
 """
 from __future__ import annotations
 
 from . import Exercise
+from ..validation import cdiv
 
 # ---- exercise 1: predict the steps to the first token ----------------------------------------
 
@@ -16,11 +17,11 @@ PROMPT_LEN, NUM_DECODING, BUDGET = 1_000, 8, 256
 def steps_to_first_token(prompt_len: int, num_decoding: int, budget: int) -> int:
     """Steps until a new prompt's first token, while ``num_decoding`` requests keep decoding."""
     per_step = budget - num_decoding                 # the decodes go first
-    return -(-prompt_len // per_step)                # the last chunk's step samples the first token
+    return cdiv(prompt_len, per_step)                # the last chunk's step samples the first token
 
 
 def _diagnose_steps(answer, expected) -> str | None:
-    if answer == -(-PROMPT_LEN // BUDGET):
+    if answer == cdiv(PROMPT_LEN, BUDGET):
         return (f"That is the prompt over the whole budget: the {NUM_DECODING} decodes are scheduled "
                 "first, so less of each step is left for the prompt.")
     if answer == expected + 1:

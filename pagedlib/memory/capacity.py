@@ -23,7 +23,7 @@ import operator
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from .validation import positive_int
+from ..validation import cdiv, positive_int
 
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
            "MODELS", "model_spec", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
@@ -59,7 +59,7 @@ def pages_for(n_tokens: int, page_size: int) -> int:
         raise ValueError(f"page_size must be an integer of at least 1 token; got {page_size!r}")
     if n is None:
         raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
-    return -(-n // page)
+    return cdiv(n, page)
 
 
 def next_pow2(n: int) -> int:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from .validation import positive_int
+from ..validation import positive_int
 
 __all__ = ["SamplingParams", "sample_token", "sample_rows"]
 
