@@ -286,3 +286,38 @@ def test_bad_input_is_refused_with_a_clear_error(name):
         paged_attention_varlen(**kwargs)
     for word in words:
         assert word in str(err.value), f"{name}: {word!r} not in {err.value}"
+
+
+# ---- the engine ---------------------------------------------------------------------------------------
+def spy_on_the_kernels(monkeypatch):
+    """Record every varlen launch as (new tokens per sequence); fail on the chapter 8/9 kernels."""
+    from pagedlib.attention import triton_backend
+    launches = []
+    real = triton_backend.paged_attention_varlen
+
+    def spy(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, *args, **kwargs):
+        launches.append((query_start_loc[1:] - query_start_loc[:-1]).tolist())
+        return real(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, *args, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the engine's Triton backend called a chapter 8/9 kernel, not paged_attention_varlen")
+
+    monkeypatch.setattr(triton_backend, "paged_attention_varlen", spy)
+    monkeypatch.setattr(triton_backend, "paged_attention", refuse)
+    monkeypatch.setattr(triton_backend, "paged_prefill", refuse)
+    return launches
+
+
+def test_the_triton_backend_serves_every_step_mixed_or_not_with_one_varlen_launch(monkeypatch):
+    from test_llama import assert_matches_transformers, paged, random_prompts
+    launches = spy_on_the_kernels(monkeypatch)
+    name = "gqa8_2"                                           # 8 query heads over 2 KV heads: GQA packing
+    llm = pagedlib.LLM(paged(name, "triton", layers=1), num_blocks=24, block_size=4, max_num_seqs=3,
+                       max_num_batched_tokens=8)
+    assert_matches_transformers(llm, name, random_prompts(3, lo=5, hi=14, seed=4), 5, layers=1)
+    steps = llm.metrics["history"]
+    assert len(launches) == len(steps)                        # one launch per step (one layer)
+    mixed = [c for c in launches if any(n == 1 for n in c) and any(n > 1 for n in c)]
+    decode_only = [c for c in launches if all(n == 1 for n in c)]
+    assert mixed, f"no mixed step among {launches}: the token budget should mix decode rows and chunks"
+    assert decode_only, "no decode-only step: the last steps of the run decode only"
