@@ -331,3 +331,25 @@ def test_the_triton_backend_serves_every_step_mixed_or_not_with_one_varlen_launc
     decode_only = [c for c in launches if all(n == 1 for n in c)]
     assert mixed, f"no mixed step among {launches}: the token budget should mix decode rows and chunks"
     assert decode_only, "no decode-only step: the last steps of the run decode only"
+
+
+# ---- the benchmark (its GPU timings need a GPU; its code path runs here with a stub timer) -----------
+def test_varlen_bench_rows_one_kernel_vs_separate_and_the_price_of_paging(monkeypatch):
+    from pagedlib.bench import attention as bench
+    monkeypatch.setattr(bench, "MIXES", [(3, 0), (2, 2)])
+    args = bench.parse_args(["--varlen", "--context", "40", "--block-size", "16", "--heads", "4", "2",
+                             "--head-dim", "32", "--dtype", "fp32", "--chunk", "5"])
+    calls = []
+    rows = bench.run_varlen(args, timer=lambda fn: (calls.append(fn()), 1.0)[1])   # runs each timed function once
+    assert [r["what"] for r in rows] == ["one kernel vs separate"] * 2 + ["price of paging"] * 3
+    assert [(r["layout"], r["block_size"]) for r in rows[2:]] == [("identity", 16), ("shuffled", 16), ("one_page", 40)]
+    assert len(calls) == 2 * 2 + 3 and all(torch.isfinite(c).all() for c in calls)
+
+
+def test_the_mixed_bench_batch_gives_both_paths_the_same_rows():
+    from pagedlib.bench.attention import mixed_inputs, separate_kernels
+    for layout in ("shuffled", "identity", "one_page"):
+        x = mixed_inputs(2, 2, 6, 37, 16, 4, 1, 32, torch.float32, layout=layout)
+        b = Batch(*x["args"])
+        torch.testing.assert_close(separate_kernels(x), reference(b), **TOL[torch.float32])
+        torch.testing.assert_close(paged_attention_varlen(*x["args"]), reference(b), **TOL[torch.float32])
