@@ -44,6 +44,40 @@ def varlen_split_ranges(end: int, num_splits: int, tile: int) -> list[tuple[int,
     return [(min(s * share, end), min((s + 1) * share, end)) for s in range(num_splits)]
 
 
+def varlen_programs(chunks: list[int], contexts: list[int], block_q: int, num_splits: int, tile: int,
+                    split_q: int) -> list[dict]:
+    """What each program of one KV head does, computed on the host (chapter 9's figure; keep it in step
+    with ``varlen_kernel``). Sequence ``s`` has ``contexts[s]`` tokens, its last ``chunks[s]`` new.
+
+    One dict per program (tile, split) of the upper-bound grid: ``seq``, the chunk's new tokens it owns
+    ``tokens = (lo, hi)``, the keys it reads ``keys = (start, stop)`` and ``kind``: "one pass",
+    "split" (its partials go to the merge) or "exits" (past its sequence's last tile, or a split of a
+    sequence that is not split)."""
+    starts = [0]
+    for c in chunks:
+        starts.append(starts[-1] + c)
+    first_tiles = [starts[s] // block_q + s for s in range(len(chunks))]
+    programs = []
+    for t in range(starts[-1] // block_q + len(chunks)):
+        seq = max(s for s, first in enumerate(first_tiles) if first <= t)
+        local = t - first_tiles[seq]
+        chunk, context = chunks[seq], contexts[seq]
+        split_seq = chunk <= split_q and num_splits > 1
+        cached = context - chunk
+        end = min(cached + (local + 1) * block_q, context)
+        splits = num_splits if split_seq else 1
+        share = -(-(-(-end // splits)) // tile) * tile
+        for split in range(num_splits):
+            if local * block_q >= chunk or (split > 0 and not split_seq):
+                programs.append(dict(tile=t, split=split, seq=seq, tokens=(0, 0), keys=(0, 0), kind="exits"))
+                continue
+            lo = min(split * share, end)
+            programs.append(dict(tile=t, split=split, seq=seq,
+                                 tokens=(local * block_q, min((local + 1) * block_q, chunk)),
+                                 keys=(lo, min(lo + share, end)), kind="split" if split_seq else "one pass"))
+    return programs
+
+
 @triton.jit
 def find_sequence(query_start_loc, tile, num_seqs, BLOCK_Q: tl.constexpr):
     """The sequence whose tiles include ``tile``: the last ``s`` with ``query_start_loc[s] // BLOCK_Q + s <= tile``."""
