@@ -164,14 +164,21 @@ def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
     return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, **_loop_meta(cfg, block_size))
 
 
+VARLEN_FP32_WIDE_WARPS = 4   # the varlen kernel's warps for fp32 at head_dim 256 (see varlen_meta)
 VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens
 
 
 def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``varlen_kernel``: the packed tile is ``group_pad`` rows of
     ``block_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
-    return dict(GROUP=cfg.group, BLOCK_M=cfg.group_pad, BLOCK_Q=cfg.block_q, SPLIT_Q=VARLEN_SPLIT_Q,
+    meta = dict(GROUP=cfg.group, BLOCK_M=cfg.group_pad, BLOCK_Q=cfg.block_q, SPLIT_Q=VARLEN_SPLIT_Q,
                 **_loop_meta(cfg, block_size))
+    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256:
+        # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
+        # on sm_75 and sm_80 (group 1, ``bench kernels --resources``); 4 warps hold it in about 160
+        # registers with no spill
+        meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
+    return meta
 
 
 def varlen_merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
