@@ -9,7 +9,7 @@ module                          idea                                            
                                 and the torch / triton / numpy combinations
 ``claims``                      claims that say which setting changed when they     every
                                 fail
-``validation``                  the one check of count arguments; ``cdiv``          -
+``validation``                  what counts as an integer argument; ``cdiv``        -
 ``lazy``                        submodules loaded on first use                      -
 ``memory.capacity``             KV bytes per token, reserve-max vs paged plans,     1, 2, 4, 12
                                 GPUs
