@@ -67,7 +67,7 @@ _EXPORTS = {
     # attention
     "paged_attention_ref": "attention.reference", "paged_prefill_ref": "attention.reference",
     "paged_attention": "attention.triton_backend", "paged_prefill": "attention.triton_backend",
-    "write_kv": "attention.triton_backend",
+    "write_kv": "attention.triton_backend", "paged_attention_varlen": "attention.triton_backend",
     # models
     "KVCache": "models.layers", "PagedModel": "models.layers", "GPT2": "models.gpt2", "Llama": "models.llama",
     "from_hf": "models.loading", "from_pretrained": "models.loading",
