@@ -255,7 +255,7 @@ def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits
         colour = palette[p["seq"] % len(palette)]
         decode = chunks[p["seq"]] == 1
         if p["kind"] == "exits":
-            ax.text(longest * 0.01, row, "exits at once", va="center", fontsize=9, color=COLORS["external"])
+            ax.text(longest * 0.01, row, "exits at once", va="center", fontsize=10, color=COLORS["external"])
             what = f"seq {p['seq']}"
         else:
             start, stop = p["keys"]
@@ -263,24 +263,27 @@ def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits
             if stop > start:
                 ax.barh(row, stop - start, left=start, color=colour, height=0.7, edgecolor="white")
                 if split:
-                    ax.text(stop + longest * 0.01, row, split, va="center", fontsize=9)
+                    ax.text(stop + longest * 0.01, row, split, va="center", fontsize=10)
             else:
-                ax.text(longest * 0.01, row, f"{split}: no keys (weight 0 in the merge)", va="center",
-                        fontsize=9, color=COLORS["external"])
+                ax.text(longest * 0.01, row, f"{split}: no keys (weight 0)", va="center",
+                        fontsize=10, color=COLORS["external"])
             lo, hi = p["tokens"]
             if not decode:                               # the causal edge: the tile's first new token
                 ax.plot([contexts[p["seq"]] - chunks[p["seq"]] + lo] * 2, [row - 0.35, row + 0.35],
                         color="black", lw=1.5)
-            what = f"seq {p['seq']}: " + ("decode row" if decode else f"new tokens {lo}-{hi - 1}")
-        labels.append(f"tile {p['tile']}" + (f".{p['split']}" if num_splits > 1 else "") + f"  {what}")
-    ax.set_yticks(range(len(programs)), labels, fontsize=9)
+            what = f"seq {p['seq']} " + ("decode" if decode else f"new {lo}-{hi - 1}")
+        labels.append(f"{p['tile']}" + (f".{p['split']}" if num_splits > 1 else "") + f" {what}")
+    ax.set_yticks(range(len(programs)), labels, fontsize=10)
+    ax.set_ylabel("program (tile.split)", fontsize=10)
     ax.invert_yaxis()
     ax.set_xlim(0, longest * 1.18)
-    ax.set_xlabel("key position read by the program (black tick: the causal edge of a chunk's tile)", fontsize=10)
+    ax.set_xlabel(wrap("key position read by the program (black tick: the causal edge of a chunk's tile)",
+                       0.75 * FIGURE_WIDTH, 10), fontsize=10)
     kinds = ", ".join(f"seq {s}: {'decode' if c == 1 else f'{c} new'} of {n}"
                       for s, (c, n) in enumerate(zip(chunks, contexts)))
-    ax.set_title(f"One launch, one KV head: {len(programs)} programs ({block_q} tokens x {group} heads per "
-                 f"tile, {num_splits} splits)\n{kinds}", fontsize=10)
+    title = (f"One launch, one KV head: {len(programs)} programs ({block_q} tokens x {group} heads per "
+             f"tile, {num_splits} splits)")
+    ax.set_title(wrap(title, 0.75 * FIGURE_WIDTH, 10) + "\n" + wrap(kinds, 0.75 * FIGURE_WIDTH, 10), fontsize=10)
     fig.tight_layout()
     return fig
 
