@@ -23,6 +23,8 @@ module                 idea                                                    c
 ``model``              GPT-2 on the paged cache                                10
 ``llama``              the Llama family (RMSNorm, RoPE, GQA, SwiGLU; Qwen2)    10
 ``models``             ``from_hf`` / ``from_pretrained`` by architecture       10
+``smollm2``            a real chat model without the internet (SmolLM2-135M-   7, 10, 11
+                       Instruct from the package index), converted once
 ``scheduler``          continuous batching: token budget, chunked prefill,     10, 11
                        preemption
 ``batching``           one step's tokens as one flat batch (the model runner)  10
@@ -67,13 +69,14 @@ _EXPORTS = {
     # engine
     "PagedBatch": "layers", "KVCache": "layers", "PagedModel": "layers",
     "GPT2": "model", "Llama": "llama", "from_hf": "models", "from_pretrained": "models",
+    "load_smollm2": "smollm2",
     "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "sampling",
     "ReserveMaxLLM": "baseline",
     # claims
     "claim": "claims",
 }
 _SUBMODULES = {"runtime", "claims", "capacity", "allocators", "block_manager", "attention_ref", "attention",
-               "layers", "model", "llama", "models", "scheduler", "batching", "sampling", "metrics", "engine",
+               "layers", "model", "llama", "models", "smollm2", "scheduler", "batching", "sampling", "metrics", "engine",
                "baseline", "validation", "sim", "plots", "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
