@@ -118,6 +118,16 @@ def load_smollm2_hf(cache: Path | str | None = None, source: str = "package"):
     return model, AutoTokenizer.from_pretrained(name)
 
 
+def load_smollm2_tokenizer(cache: Path | str | None = None):
+    """SmolLM2-135M-Instruct's tokenizer alone (with its chat template), converted like
+    :func:`load_smollm2_hf` on the first call: enough to look at real token ids (chapter 7)."""
+    from transformers import AutoTokenizer
+    folder = Path(cache) if cache is not None else cache_dir()
+    if not is_converted(folder):
+        convert(folder)
+    return AutoTokenizer.from_pretrained(folder)
+
+
 def load_smollm2(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
                  backend: str | None = None, cache: Path | str | None = None, source: str = "package"):
     """``(model, tokenizer)``: SmolLM2-135M-Instruct as a paged :class:`~pagedlib.Llama` and its
