@@ -71,6 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name, defaults in MODE_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, defaults[args.against is not None])
+    if args.hf_page_size is None:
+        args.hf_page_size = args.block_size if args.models == "smollm2" else 256
     if args.prefix_caching is None:
         args.prefix_caching = args.models == "smollm2"
     if args.kv_slots is None:       # with --against, room for every request; a real chat fits in 640 tokens

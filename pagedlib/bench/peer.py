@@ -96,7 +96,8 @@ class HFEngine:
     """transformers' ``ContinuousBatchingManager`` over ``hf_model``, warmed up once (off the clock)."""
 
     def __init__(self, hf_model, num_blocks: int, page_size: int, max_batch_tokens: int,
-                 prefix_sharing: bool = False):
+                 prefix_sharing: bool = False, timeout_s: float = 60):
+        self.timeout_s = timeout_s      # the longest wait for one result (a real model's step is slow)
         from transformers import ContinuousBatchingConfig, GenerationConfig
         self.model = hf_model
         self.generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
@@ -123,7 +124,7 @@ class HFEngine:
         """Drop the blocks an earlier run left cached for prefix sharing: each run starts cold."""
         processor = getattr(manager, "batch_processor", None)
         if processor is not None:
-            processor.cache.free_all_requests(clear_ledgers=True)
+            processor.cache.evict_cached_blocks()     # back to the pool, their hashes forgotten
 
     def run(self, prompts, budgets) -> Run:
         manager = self._manager()
@@ -134,9 +135,10 @@ class HFEngine:
                for p, n in zip(prompts, budgets)]
         results = {}
         while len(results) < len(ids):
-            result = manager.get_result(timeout=60)
+            result = manager.get_result(timeout=self.timeout_s)
             if result is None:
-                raise RuntimeError("transformers' continuous batching returned nothing for 60 s")
+                raise RuntimeError(f"transformers' continuous batching returned nothing for {self.timeout_s} s "
+                                   f"(its thread {'runs' if manager.is_running() else 'has stopped'})")
             if result.is_finished():
                 results[result.request_id] = result
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -171,7 +173,8 @@ def compare(kind: str, args, prompts, budgets, hf=None, decode=None) -> dict:
                         enable_prefix_caching=caching)
     fresh().generate(prompts[:4], max_new_tokens=4, use_tqdm=False)                # warm-up
     peer = HFEngine(hf, num_blocks=max(1, args.kv_slots // args.hf_page_size), page_size=args.hf_page_size,
-                    max_batch_tokens=args.hf_max_batch_tokens, prefix_sharing=caching)
+                    max_batch_tokens=args.hf_max_batch_tokens, prefix_sharing=caching,
+                    timeout_s=600 if kind == "smollm2" else 60)
     peer.run(prompts[:4], [4] * min(4, len(prompts)))                               # warm-up
     ours, theirs, hits = [], [], 0
     for _ in range(args.runs):
@@ -271,10 +274,11 @@ def save(path: Path, results: list[dict], command: str) -> None:
     print(f"saved to {path} (read it with pagedlib.bench.peer.measured({str(path)!r}))")
 
 
-def measured(path: Path | str = MEASURED) -> list[dict]:
-    """The stored figures: one dict per model and setup, as :func:`compare` returned it, with the
-    command and machine that measured it. The default is the course's record, shipped with pagedlib."""
-    return json.loads(Path(path).read_text())["results"]
+def measured(path: Path | str = MEASURED, models: tuple[str, ...] = MODELS) -> list[dict]:
+    """The stored figures of ``models`` (default: the random-initialised ones; ``("smollm2",)``: the
+    real chat model): one dict per model and setup, as :func:`compare` returned it, with the command
+    and machine that measured it. The default is the course's record, shipped with pagedlib."""
+    return [r for r in json.loads(Path(path).read_text())["results"] if r["model"] in models]
 
 
 # Two fp32 engines may break a near-tie differently: matrix products over batches of different sizes
@@ -319,7 +323,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--runs", type=int, default=3, help="with --against: alternating runs of each engine")
     parser.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"),
                         help="with --against: transformers' attention (eager becomes its paged|eager)")
-    parser.add_argument("--hf-page-size", type=int, default=256, help="with --against: transformers' page size")
+    parser.add_argument("--hf-page-size", type=int, default=None,
+                        help="with --against: transformers' page size (default 256; with --model smollm2 "
+                             "--block-size, so that both engines share the same prefix blocks)")
     parser.add_argument("--hf-max-batch-tokens", type=int, default=None,
                         help="with --against: transformers' token budget per step (default: its own)")
     parser.add_argument("--save", default=None, metavar="JSON",
