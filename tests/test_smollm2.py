@@ -1,4 +1,4 @@
-"""pagedlib.smollm2: the real chat model from the package index, served by the engine as transformers serves it.
+"""pagedlib.models.smollm2: the real chat model from the package index, served by the engine as transformers serves it.
 
 One conversion per test session (the ``converted`` fixture, into the session's tmp folder, about a
 minute): every other test loads the converted folder. The reference for every request is
@@ -15,7 +15,8 @@ import torch
 import transformers  # pinned in requirements.txt: a missing one fails, never skips
 
 import pagedlib
-from pagedlib import LLM, SamplingParams, smollm2
+from pagedlib import LLM, SamplingParams
+from pagedlib.models import smollm2
 from pagedlib.bench.peer import hf_generate_alone
 
 transformers.logging.set_verbosity_error()

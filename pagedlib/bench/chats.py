@@ -1,4 +1,4 @@
-"""Real chats for the real model (``pagedlib.smollm2``): one system prompt shared by every chat, and
+"""Real chats for the real model (``pagedlib.models.smollm2``): one system prompt shared by every chat, and
 many users' questions. Chapters 7, 10 and 11 serve them; ``python -m pagedlib.bench engine --against
 transformers --model smollm2`` races them through pagedlib and transformers.
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .. import runtime
-from ..engine import LLM, SamplingParams
+from ..engine.llm import LLM, SamplingParams
 
 MODELS = ("gpt2", "llama")        # random-initialised (the default); "smollm2": the real chat model
 
@@ -164,7 +164,7 @@ def compare(kind: str, args, prompts, budgets, hf=None, decode=None) -> dict:
     both engines share cached prefix blocks between requests (pagedlib's prefix cache, transformers'
     block sharing), each run starting with an empty cache. ``decode`` (token ids -> text), if given,
     prints the first two replies of each engine."""
-    from ..models import from_hf
+    from ..models.loading import from_hf
     hf = build_hf(kind, args) if hf is None else hf
     model = from_hf(hf, backend=args.backend, dtype=torch.float32)
     num_blocks = args.kv_slots // args.block_size
@@ -358,7 +358,7 @@ def smollm2_workload(args, tokenizer) -> tuple[list[list[int]], list[int]]:
     """``args.requests`` real chats (a shared system prompt, then one user's question, through the
     chat template) and each reply's length, ``args.new_tokens``."""
     from . import chats
-    from ..smollm2 import chat_ids
+    from ..models.smollm2 import chat_ids
     system = chats.LONG_SYSTEM if args.system == "long" else chats.SYSTEM
     prompts = [chat_ids(tokenizer, chats.chat(q, system)) for q in chats.questions(args.requests)]
     return prompts, [args.new_tokens] * len(prompts)
@@ -366,7 +366,7 @@ def smollm2_workload(args, tokenizer) -> tuple[list[list[int]], list[int]]:
 
 def compare_smollm2(args) -> dict:
     """The comparison on the real model, SmolLM2-135M-Instruct (fp32), over real chats."""
-    from ..smollm2 import load_smollm2_hf
+    from ..models.smollm2 import load_smollm2_hf
     hf, tokenizer = load_smollm2_hf()
     hf = hf.to(runtime.DEVICE)
     hf.config._attn_implementation = args.hf_attn

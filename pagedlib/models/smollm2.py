@@ -141,7 +141,7 @@ def load_smollm2(device: torch.device | str | None = None, dtype: torch.dtype | 
         ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True)
         print(tokenizer.decode(llm.generate([ids], max_new_tokens=40)[0]))
     """
-    from .models import from_hf
+    from .loading import from_hf
     hf_model, tokenizer = load_smollm2_hf(cache, source)
     return from_hf(hf_model, backend=backend, dtype=dtype, device=device), tokenizer
 
