@@ -29,6 +29,8 @@ module                          idea                                            
 ``models.llama``                the Llama family (RMSNorm, RoPE, GQA, SwiGLU;       10
                                 Qwen2)
 ``models.loading``              ``from_hf`` / ``from_pretrained`` by architecture   10
+``models.smollm2``              a real chat model without the internet (SmolLM2-    7, 10, 11
+                                135M-Instruct from the package index)
 ``engine.scheduler``            continuous batching: token budget, chunked          10, 11
                                 prefill, preemption
 ``engine.batch``                one step's tokens as one flat ``PagedBatch``        10
@@ -71,6 +73,7 @@ _EXPORTS = {
     # models
     "KVCache": "models.layers", "PagedModel": "models.layers", "GPT2": "models.gpt2", "Llama": "models.llama",
     "from_hf": "models.loading", "from_pretrained": "models.loading",
+    "load_smollm2": "models.smollm2",
     # engine
     "PagedBatch": "engine.batch", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
     "SamplingParams": "engine.sampling", "ReserveMaxLLM": "engine.baseline",
