@@ -66,6 +66,22 @@ def test_wrong_answers_are_incorrect_with_a_message(exercise):
         assert result.message
 
 
+MISTAKES = [pytest.param(name, i, id=f"{name}-{i}") for name, ex in sorted(EXERCISES.items())
+            for i in range(len(ex.mistakes))]
+
+
+@pytest.mark.parametrize("name, index", MISTAKES)
+def test_every_listed_mistake_gets_its_own_message(name, index):
+    """The table test: each exercise's obvious near misses (its ``mistakes``) are told apart, each
+    with its named message, never a bare "Try `.hint()`"."""
+    exercise = EXERCISES[name]
+    answer, message = exercise.mistakes[index]
+    result = exercise.check(answer)
+    assert result.state == INCORRECT, (name, answer)
+    assert message in result.message, (name, result.message)
+    assert "Try `.hint()`" not in result.message
+
+
 def test_raising_or_odd_answers_are_incorrect_and_never_raise(exercise):
     odd = [_raising_function, "a string", object(), [1, 2, 3], -1, 1e300, float("nan"),
            lambda *a: "wrong type"]
@@ -115,7 +131,7 @@ def test_messages_are_one_line_and_never_a_tensor_dump(exercise):
         message = exercise.check(answer).message
         assert "\n" not in message and "Traceback" not in message, (exercise.name, message)
         assert "tensor([[" not in message and "dtype=torch" not in message, (exercise.name, message)
-        assert len(message) <= 400, (exercise.name, message)
+        assert len(message) <= exercise.message_limit, (exercise.name, message)
 
 
 def test_not_attempted_says_what_to_do_also_on_colab(exercise):

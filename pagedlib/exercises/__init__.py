@@ -234,6 +234,8 @@ class Exercise:
     solution.
     """
 
+    message_limit = 400      # characters of a message shown; never cut what the learner must see
+
     def __init__(self, name: str, question: str, reference: Any, *,
                  cases: Sequence[tuple] | None = None,
                  compare: Callable[[Any, Any], bool] | None = None,
@@ -289,7 +291,7 @@ class Exercise:
             message = self.why
         elif state == NOT_ATTEMPTED:
             message = f"{message} {RUN_IT_YOURSELF}".strip()
-        result = Result(self.name, state, _one_line(message, 400))
+        result = Result(self.name, state, _one_line(message, self.message_limit))
         result._ipython_display_()
         return result
 
