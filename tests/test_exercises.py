@@ -82,6 +82,32 @@ def test_every_listed_mistake_gets_its_own_message(name, index):
     assert "Try `.hint()`" not in result.message
 
 
+def test_every_wrong_answer_gets_a_named_message_not_just_try_hint(exercise):
+    """Each exercise's obvious near misses (its ``wrong`` answers and ``mistakes``) are each told
+    what is wrong, by a listed mistake or by its diagnosis."""
+    for wrong in exercise.wrong:
+        message = exercise.check(wrong).message
+        assert "Try `.hint()`" not in message, (exercise.name, message)
+
+
+def test_a_message_never_cuts_the_argument_that_matters():
+    from pagedlib.exercises import ch03
+    snapshot, _ = ch03.external_fragmentation.cases[0]
+    message = ch03.external_fragmentation.check(lambda snapshot, need: 0).message
+    assert "need=1024" in message and "snapshot=[(0, 512, None)" in message
+
+
+def test_the_capacity_prediction_names_the_16_token_answer():
+    from pagedlib.exercises import ch04
+    assert "16-token pages" in ch04.predict_capacity.check(78).message
+
+
+def test_the_alpaca_prediction_explains_the_second_page():
+    from pagedlib.exercises import ch12
+    message = ch12.alpaca_waste.check(0.39).message
+    assert "second page" in message and "15%" in message
+
+
 def test_raising_or_odd_answers_are_incorrect_and_never_raise(exercise):
     odd = [_raising_function, "a string", object(), [1, 2, 3], -1, 1e300, float("nan"),
            lambda *a: "wrong type"]
@@ -200,7 +226,7 @@ def test_a_float_where_an_int_is_asked_says_so_in_good_grammar():
     assert ex.check(np.int64(4)).state == CORRECT   # numpy integers are ints
     fn = Exercise("test.pages", "pages", lambda n, p: -(-n // p), cases=[(17, 16)], wrong=[lambda n, p: n])
     r = fn.check(lambda n, p: n / p)
-    assert r.state == INCORRECT and "returned 1.0625 for input (17, 16), a float; expected an int" in r.message
+    assert r.state == INCORRECT and "returned 1.0625 for input (n=17, p=16), a float; expected an int" in r.message
 
 
 def test_a_string_or_a_tensor_where_a_number_is_asked():
@@ -248,7 +274,7 @@ def test_listed_mistakes_get_their_own_message():
         mistakes=[(lambda n, p: n % p, "`n % p` is 0 for a full page, which holds p tokens.")])
     assert last_page_len.wrong, "mistakes count as wrong answers for the contract tests"
     r = last_page_len.check(lambda n, p: n % p)
-    assert r.state == INCORRECT and "0 for a full page" in r.message and "input (8, 4)" in r.message
+    assert r.state == INCORRECT and "0 for a full page" in r.message and "input (n=8, p=4)" in r.message
     value = Exercise("test.waste", "waste", 0.748, mistakes=[(0.252, "that is the used fraction.")])
     assert "used fraction" in value.check(0.252).message
     assert "used fraction" not in value.check(0.5).message

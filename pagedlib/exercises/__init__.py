@@ -302,8 +302,23 @@ class Exercise:
             return self._judge_function(answer)
         return self._judge_value(answer, self.reference, None)
 
+    def _describe_input(self, args: tuple) -> str:
+        """The arguments of a case in one line, each shortened on its own, so that a long list never
+        hides a short argument after it: "snapshot=[(0, 512, None), ...], need=768"."""
+        try:
+            names = list(inspect.signature(self.reference).parameters)
+        except (TypeError, ValueError):
+            names = []
+        if len(args) == 1:
+            return _short(args[0])
+        budget = max(24, 120 // max(1, len(args)))
+        parts = [_short(a, budget) for a in args]
+        if len(names) == len(args):
+            parts = [f"{n}={p}" for n, p in zip(names, parts)]
+        return "(" + ", ".join(parts) + ")"
+
     def _judge_value(self, answer: Any, expected: Any, args: tuple | None) -> tuple[str, str]:
-        where = "" if args is None else f" for input {_short(args if len(args) != 1 else args[0])}"
+        where = "" if args is None else f" for input {self._describe_input(args)}"
         what = "your answer is" if args is None else "the function returned"
         kinds = _expected_kind(expected)
         if not isinstance(answer, kinds) and not self._compatible_number(answer, expected):
@@ -319,7 +334,11 @@ class Exercise:
         else:
             base = f"{_short(answer)} is not right."
         message = self._mistake_message(answer, args) or self._diagnosis(answer, expected, args)
-        return INCORRECT, f"{base} {message}" if message else f"{base} Try `.hint()`."
+        message = message or "Try `.hint()`."
+        room = self.message_limit - len(message) - 1       # what is wrong is never cut: the rest is
+        if len(base) > room:
+            base = _one_line(base, max(40, room))
+        return INCORRECT, f"{base} {message}"
 
     def _mistake_message(self, answer: Any, args: tuple | None) -> str | None:
         """The message of the first listed mistake that ``answer`` matches (on input ``args``)."""
@@ -369,10 +388,10 @@ class Exercise:
                 return NOT_ATTEMPTED, "the function still raises NotImplementedError: fill in its body."
             except Timeout:
                 return INCORRECT, (f"the function ran for more than {self.timeout:g} s on input "
-                                   f"{_short(args)}: is there a loop that never ends?")
+                                   f"{self._describe_input(args)}: is there a loop that never ends?")
             except Exception as exc:  # noqa: BLE001 - reported to the learner
                 return INCORRECT, (f"the function raised {type(exc).__name__}: {_one_line(exc, 120)} "
-                                   f"on input {_short(args)}.")
+                                   f"on input {self._describe_input(args)}.")
             state, message = self._judge_value(got, expected, args)
             if state != CORRECT:
                 return state, message

@@ -588,6 +588,9 @@ decode = KernelExercise(
     cases=_DECODE_CASES,
     diagnose=_diagnose_decode,
     mistakes=[
+        (_decode_first_page,
+         "That attends to the first page only: walk every page of the sequence, "
+         "`for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE))`, with the online softmax across them."),
         (variant(decode_kernel, "kv_head = head // GROUP", "kv_head = head"),
          "Query head h read K/V head h: with GROUP query heads per K/V head, there are fewer K/V "
          "heads than query heads, so the later heads read other tokens' rows. Each group of GROUP "
@@ -695,11 +698,15 @@ bug_lengths = Exercise(
     bug_lengths(),
     compare=_same_lengths,
     diagnose=_diagnose_bug,
+    mistakes=[([9], "9 is one of them, but not the only length whose last page, after the first, is "
+                    "partly empty."),
+              ([17], "17 is one of them, but not the only length whose last page, after the first, is "
+                     "partly empty.")],
     hints=["Read the mask line and ask, for a page after the first, which of its rows it lets through.",
            "On page 1 of a 9-token sequence, `offsets` runs 0 to 7, all below 9: every row counts as a "
            "token, but only one of them is. Which lengths have a page after the first that is not full?",
            "Wrong: the lengths above 8 that are not a multiple of 8."],
-    wrong=[[9], [3, 9, 17], [16, 24], [9, 16, 17, 24]],
+    wrong=[[3, 9, 17], [16, 24], [9, 16, 17, 24]],
     explanation="The mask forgets the page's start, so only a partial page after the first reads past "
                 "the end: lengths 9 and 17.",
 )
