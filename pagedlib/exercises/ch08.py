@@ -362,7 +362,8 @@ online_lse = KernelExercise(
     "ch08.online_lse",
     "Fill in the kernel: one program per sequence walks all its pages and stores to `out[seq]` (fp32) "
     "the log-sum-exp of its scores, log(sum of exp(scale * q . k)) over its `seq_len` tokens "
-    "(K/V head `kv_head`, query `query[seq]`), with the online softmax's running max `m` and sum `l`.",
+    "(K/V head `kv_head`; its query is `query[seq]`, where `query` is `[num_seqs, head_dim]`), with the "
+    "online softmax's running max `m` and sum `l`.",
     online_lse_kernel,
     launch=_launch_online_lse,
     cases=[_lse_case([1, 4, 5, 11], 4, kv_head=1, seed=20),
