@@ -1,43 +1,48 @@
 """pagedlib: the library of the course *Paged attention from scratch*.
 
-Modules, in the order the course teaches them:
+The package follows the course's parts; a folder per part, a module per idea:
 
-=====================  ======================================================  =========
-module                 idea                                                    chapters
-=====================  ======================================================  =========
-``runtime``            GPU (compiled Triton) or CPU (Triton interpreter), and  0
-                       the torch / triton / numpy combinations that work
-``claims``             claims that say which setting changed when they fail    every
-``capacity``           KV bytes per token, reserve-max vs paged plans, GPUs    1, 2, 4, 12
-``allocators``         the naive contiguous allocators and their waste         2, 3
-``block_manager``      pages, block tables, ref counts, copy-on-write,         4, 6, 7
-                       prefix caching
-``attention_ref``      attention through a page table in plain PyTorch         5, 10
-``attention_checks``   the input checks shared by the reference and kernels    5, 8
-``attention``          the Triton kernels' launchers: decode, split-K,         8, 9
-                       prefill, write
-``kernels``            the Triton kernels themselves, and ``kernels.launch``:  8, 9
-                       tiles, warps and stages per GPU
-``layers``             what every paged model shares: batch, KV cache,         10
-                       backend, the paged attention layer, the model protocol
-``model``              GPT-2 on the paged cache                                10
-``llama``              the Llama family (RMSNorm, RoPE, GQA, SwiGLU; Qwen2)    10
-``models``             ``from_hf`` / ``from_pretrained`` by architecture       10
-``scheduler``          continuous batching: token budget, chunked prefill,     10, 11
-                       preemption
-``batching``           one step's tokens as one flat batch (the model runner)  10
-``sampling``           ``SamplingParams``, greedy and sampled next tokens      10
-``metrics``            the engine's records: steps and requests (TTFT, TPOT)   10, 11
-``engine``             ``LLM``: a small serving engine                         10, 11
-``baseline``           reserve-max engine, transformers' static batching       10
-``validation``         the one check of count arguments (bool refused)         -
-``sim``                the paper's memory and latency results, simulated       11, 12
-``bench``              ``python -m pagedlib.bench memory|attention|kernels|    8-12
-                       engine``: measurements against real peers
-``plots``              the course's figures                                    every
-``widgets``            the course's interactive controls                       0, 4
-``exercises``          self-checking exercises, one module per chapter         every
-=====================  ======================================================  =========
+==============================  =================================================  =========
+module                          idea                                               chapters
+==============================  =================================================  =========
+``runtime``                     GPU (compiled Triton) or CPU (Triton interpreter),  0
+                                and the torch / triton / numpy combinations
+``claims``                      claims that say which setting changed when they     every
+                                fail
+``validation``                  what counts as an integer argument; ``cdiv``        -
+``lazy``                        submodules loaded on first use                      -
+``memory.capacity``             KV bytes per token, reserve-max vs paged plans,     1, 2, 4, 12
+                                GPUs
+``memory.allocators``           the naive contiguous allocators and their waste     2, 3
+``memory.block_manager``        blocks, block tables, ref counts, copy-on-write,    4, 6, 7
+                                prefix caching
+``attention.reference``         attention through a page table in plain PyTorch     5
+``attention.inputs``            random paged inputs (NaN in unowned slots)          5, 8, 9
+``attention.checks``            the input checks shared by references and kernels   5, 8
+``attention.kernels``           the Triton kernels, and ``kernels.launch``: every   8, 9
+                                number they are launched with
+``attention.triton_backend``    the kernels' launchers and the Triton backend       8, 9, 10
+``attention.torch_backend``     the whole batch in PyTorch (the CPU backend)        10
+``attention.backend``           the backend interface and the choice of one         10
+``models.layers``               KV cache, paged attention layer, model protocol     10
+``models.gpt2``                 GPT-2 on the paged cache                            10
+``models.llama``                the Llama family (RMSNorm, RoPE, GQA, SwiGLU;       10
+                                Qwen2)
+``models.loading``              ``from_hf`` / ``from_pretrained`` by architecture   10
+``engine.scheduler``            continuous batching: token budget, chunked          10, 11
+                                prefill, preemption
+``engine.batch``                one step's tokens as one flat ``PagedBatch``        10
+``engine.sampling``             ``SamplingParams``, greedy and sampled tokens       10
+``engine.metrics``              the engine's records: steps and requests            10, 11
+``engine.llm``                  ``LLM``: a small serving engine                     10, 11
+``engine.baseline``             reserve-max engine, transformers' static batching   10
+``sim``                         the paper's memory and latency results, simulated   11, 12
+``bench``                       ``python -m pagedlib.bench memory|attention|        8-12
+                                kernels|engine``: measurements against real peers
+``plots``                       the course's figures                                every
+``widgets``                     the course's interactive controls                   0, 4
+``exercises``                   self-checking exercises, one module per chapter     every
+==============================  =================================================  =========
 
 ``import pagedlib`` is cheap: it picks the runtime (setting ``TRITON_INTERPRET=1`` on a machine
 without CUDA) and loads every other module on first use.
@@ -53,28 +58,27 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (imported on first use)
 _EXPORTS = {
-    # capacity
-    "pages_for": "capacity", "reserve_max_plan": "capacity", "paged_plan": "capacity",
-    "Plan": "capacity", "ModelSpec": "capacity", "MODELS": "capacity", "GPUS": "capacity",
-    "blocks_for_gpu": "capacity",
-    # allocators
-    "ReserveMaxAllocator": "allocators", "FirstFitAllocator": "allocators",
-    # block manager
-    "BlockManager": "block_manager", "OutOfBlocks": "block_manager",
+    # memory
+    "pages_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
+    "Plan": "memory.capacity", "ModelSpec": "memory.capacity", "MODELS": "memory.capacity",
+    "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity",
+    "ReserveMaxAllocator": "memory.allocators", "FirstFitAllocator": "memory.allocators",
+    "BlockManager": "memory.block_manager", "OutOfBlocks": "memory.block_manager",
     # attention
-    "paged_attention_ref": "attention_ref", "paged_prefill_ref": "attention_ref",
-    "paged_attention": "attention", "paged_prefill": "attention", "write_kv": "attention",
+    "paged_attention_ref": "attention.reference", "paged_prefill_ref": "attention.reference",
+    "paged_attention": "attention.triton_backend", "paged_prefill": "attention.triton_backend",
+    "write_kv": "attention.triton_backend",
+    # models
+    "KVCache": "models.layers", "PagedModel": "models.layers", "GPT2": "models.gpt2", "Llama": "models.llama",
+    "from_hf": "models.loading", "from_pretrained": "models.loading",
     # engine
-    "PagedBatch": "layers", "KVCache": "layers", "PagedModel": "layers",
-    "GPT2": "model", "Llama": "llama", "from_hf": "models", "from_pretrained": "models",
-    "Scheduler": "scheduler", "LLM": "engine", "SamplingParams": "sampling",
-    "ReserveMaxLLM": "baseline",
+    "PagedBatch": "engine.batch", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
+    "SamplingParams": "engine.sampling", "ReserveMaxLLM": "engine.baseline",
     # claims
     "claim": "claims",
 }
-_SUBMODULES = {"runtime", "claims", "capacity", "allocators", "block_manager", "attention_ref", "attention",
-               "layers", "model", "llama", "models", "scheduler", "batching", "sampling", "metrics", "engine",
-               "baseline", "validation", "sim", "plots", "widgets", "exercises", "bench"}
+_SUBMODULES = {"runtime", "claims", "validation", "memory", "attention", "models", "engine", "sim", "plots",
+               "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 

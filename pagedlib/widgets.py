@@ -26,7 +26,7 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
-from .capacity import Plan, next_pow2, paged_plan, reserve_max_plan
+from .memory.capacity import Plan, next_pow2, paged_plan, reserve_max_plan
 
 __all__ = ["page_size_summary", "page_size_explorer", "with_fallback", "WidgetWithFallback",
            "TRY_IT_HREF"]

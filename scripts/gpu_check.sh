@@ -11,7 +11,7 @@ out=${1:-gpu_check}
 mkdir -p "$out"
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU: nothing to check'"
 python -c "import pagedlib; pagedlib.print_env()" | tee "$out/env.txt"
-python -m pytest -q -p no:cacheprovider tests/test_attention.py tests/test_attention_ref.py \
+python -m pytest -q -p no:cacheprovider tests/test_attention.py tests/test_torch_backend.py \
     tests/test_attention_errors.py tests/test_kernel_resources.py tests/test_model.py tests/test_engine.py \
     2>&1 | tee "$out/tests.txt"
 python -m pagedlib.bench attention --out "$out/bench_attention" 2>&1 | tee "$out/bench_attention.txt"

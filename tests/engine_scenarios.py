@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from pagedlib import BlockManager, SamplingParams
-from pagedlib.batching import build_batch
-from pagedlib.layers import PagedBatch
-from pagedlib.scheduler import Sequence
+from pagedlib.engine.batch import build_batch
+from pagedlib.engine.batch import PagedBatch
+from pagedlib.engine.scheduler import Sequence
 
 
 def chapter10_mixed_step() -> tuple[PagedBatch, BlockManager]:

@@ -4,7 +4,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import pagedlib
-from pagedlib.allocators import FirstFitAllocator, ReserveMaxAllocator, Segment, fragmenting_events
+from pagedlib.memory.allocators import FirstFitAllocator, ReserveMaxAllocator, Segment, fragmenting_events
 
 
 def test_exports():

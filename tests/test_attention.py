@@ -1,4 +1,4 @@
-"""The Triton kernels (pagedlib.attention) against the PyTorch reference, over a grid of shapes.
+"""The Triton kernels (pagedlib.attention.triton_backend) against the PyTorch reference, over a grid of shapes.
 
 On the CPU the kernels run through the Triton interpreter, which is slow, so the grid is built to
 cover every value of every axis without multiplying all of them:
@@ -24,8 +24,9 @@ import pytest
 import torch
 
 import pagedlib
-from pagedlib.attention import choose_num_splits, kv_tile, paged_attention, paged_prefill, write_kv
-from pagedlib.attention_ref import gather_kv, paged_attention_ref, paged_prefill_ref, random_paged_inputs
+from pagedlib.attention.triton_backend import choose_num_splits, kv_tile, paged_attention, paged_prefill, write_kv
+from pagedlib.attention.reference import gather_kv, paged_attention_ref, paged_prefill_ref
+from pagedlib.attention.inputs import random_paged_inputs
 
 DEVICE = pagedlib.runtime.DEVICE
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=3e-3, rtol=3e-3)}
@@ -152,12 +153,13 @@ def test_kv_tile_halves_for_fp32_rows():
     assert kv_tile(256, torch.float32) == 16 and kv_tile(128, torch.bfloat16) == 64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("capability", [(7, 5), (9, 0)], ids=["t4", "h100"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_gpus_launch_configuration_gives_the_same_results(dtype, capability):
     """launch_config picks other tiles for a T4 (16 tokens, 16 prefill rows) and for fp32 than the
     interpreter's default; run those configurations too, through decode, split-K and prefill."""
-    from pagedlib.kernels.launch import launch_config
+    from pagedlib.attention.kernels.launch import launch_config
     x = random_paged_inputs([1, 16, 17, 70], 8, 2, 80, 16, dtype=dtype, seed=21)
     config = launch_config(80, dtype, 4, capability)
     for num_splits in (1, 3):
@@ -247,6 +249,7 @@ def prefill_args(query, x, starts):
     return (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [0, 40], ids=["exact", "larger"])
 def test_prefill_with_max_query_len_gives_identical_output(extra):
     """The true longest chunk (70 tokens: 3 query tiles) or a larger bound gives bit-identical output."""
@@ -264,7 +267,7 @@ def test_prefill_with_max_query_len_never_reads_the_chunk_lengths_back(monkeypat
 
     def no_sync(query_start_loc):
         raise AssertionError("longest_chunk read query_start_loc back to the host")
-    monkeypatch.setattr(pagedlib.attention, "longest_chunk", no_sync)
+    monkeypatch.setattr(pagedlib.attention.triton_backend, "longest_chunk", no_sync)
     assert torch.equal(paged_prefill(*args, max_query_len=33, validate=False), want)
     with pytest.raises(AssertionError, match="read query_start_loc back"):
         paged_prefill(*args, validate=False)                  # without it, the grid needs the sync
@@ -367,15 +370,15 @@ def test_each_function_launches_its_triton_kernel(monkeypatch, kernel, call):
     x = random_paged_inputs([3, 9], 4, 2, 64, 8)
     x.key_cache.nan_to_num_(0.0)
     x.value_cache.nan_to_num_(0.0)
-    monkeypatch.setattr(pagedlib.attention, kernel, Tripwire())
+    monkeypatch.setattr(pagedlib.attention.triton_backend, kernel, Tripwire())
     with pytest.raises(KernelCalled):
         call(x)
 
 
 def test_the_kernels_match_the_runtime_choice():
     from pagedlib import runtime
-    from pagedlib.kernels import decode, prefill, split_k
-    from pagedlib.kernels import write_kv as write_kernel
+    from pagedlib.attention.kernels import decode, prefill, split_k
+    from pagedlib.attention.kernels import write_kv as write_kernel
     for kernel in (decode.decode_kernel, split_k.split_kernel, split_k.merge_kernel,
                    prefill.prefill_kernel, write_kernel.write_kv_kernel):
         assert runtime.kernel_is_interpreted(kernel) == runtime.INTERPRET

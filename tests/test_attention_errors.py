@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import pagedlib
-from pagedlib.attention import paged_attention, paged_prefill, write_kv
-from pagedlib.attention_ref import paged_attention_ref, paged_prefill_ref, random_paged_inputs
+from pagedlib.attention.triton_backend import paged_attention, paged_prefill, write_kv
+from pagedlib.attention.reference import paged_attention_ref, paged_prefill_ref
+from pagedlib.attention.inputs import random_paged_inputs
 
 DEVICE = pagedlib.runtime.DEVICE
 
@@ -107,7 +108,7 @@ def test_bad_num_splits(num_splits):
 def test_a_launch_config_for_other_shapes_is_refused(fn, group, head_dim):
     """good() has group 2 (4 query heads over 2 KV heads) and head_dim 16: a config made for
     anything else would launch the kernel with the wrong padding or GQA mapping."""
-    from pagedlib.kernels.launch import launch_config
+    from pagedlib.attention.kernels.launch import launch_config
     config = launch_config(head_dim, torch.float32, group, None)
     args = good() if fn == "decode" else good_prefill()
     call = paged_attention if fn == "decode" else paged_prefill

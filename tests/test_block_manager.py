@@ -4,8 +4,8 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import pagedlib
-from pagedlib import block_manager as bm_module
-from pagedlib.block_manager import BlockManager, OutOfBlocks
+from pagedlib.memory import block_manager as bm_module
+from pagedlib.memory.block_manager import BlockManager, OutOfBlocks
 
 
 def state(bm: BlockManager):

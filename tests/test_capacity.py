@@ -2,7 +2,7 @@
 import pytest
 
 import pagedlib
-from pagedlib.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
+from pagedlib.memory.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
                                pages_for, usable_memory)
 
 SEED = [512, 37, 1900, 128, 4]

@@ -1,4 +1,4 @@
-"""pagedlib.engine: LLM generates exactly what transformers generates, whatever the memory does.
+"""pagedlib.engine.llm: LLM generates exactly what transformers generates, whatever the memory does.
 
 The reference for every request is ``transformers``' greedy ``generate`` on that request alone (fp32,
 on the CPU). The engines run on ``pagedlib.runtime.DEVICE`` with models built in fp32 there too
@@ -11,7 +11,7 @@ import torch
 import transformers  # pinned in requirements.txt: a missing one fails, never skips
 
 from pagedlib import DEVICE, GPT2, LLM, SamplingParams
-from pagedlib.baseline import ReserveMaxLLM, hf_static_generate
+from pagedlib.engine.baseline import ReserveMaxLLM, hf_static_generate
 
 transformers.logging.set_verbosity_error()
 
@@ -199,7 +199,7 @@ def test_sampling_filters():
 
 
 def test_top_k_keeps_only_the_k_best():
-    from pagedlib.engine import sample_token
+    from pagedlib.engine.llm import sample_token
     logits = torch.tensor([0.0, 5.0, 4.0, -1.0, 4.5])
     params = SamplingParams(temperature=100.0, top_k=2)
     drawn = {sample_token(logits, params, torch.Generator().manual_seed(s)) for s in range(200)}

@@ -1,4 +1,4 @@
-"""pagedlib.engine under every arrival order: the one-pass step, the token budget, chunked prefill,
+"""pagedlib.engine.llm under every arrival order: the one-pass step, the token budget, chunked prefill,
 prefix caching that never reads unwritten K/V, n > 1 seats and reservations, a failing step.
 
 The model is a random GPT-2 with large weights (``initializer_range=0.3``), so that every cached K/V
@@ -13,7 +13,7 @@ import transformers
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pagedlib import DEVICE, GPT2, LLM, SamplingParams
-from pagedlib.baseline import ReserveMaxLLM
+from pagedlib.engine.baseline import ReserveMaxLLM
 
 transformers.logging.set_verbosity_error()
 
@@ -238,7 +238,7 @@ def test_greedy_samples_share_seats_and_match_transformers(budget):
 
 # ---- a failing step, bad arguments ---------------------------------------------------------------
 def test_a_step_that_raises_leaves_the_engine_refusing_work(monkeypatch):
-    from pagedlib.engine import EngineFailed
+    from pagedlib.engine.llm import EngineFailed
     llm = LLM(paged_model(), num_blocks=16, block_size=4)
     llm.add_request(tokens(6, seed=1), SamplingParams(max_new_tokens=4))
     llm.step()

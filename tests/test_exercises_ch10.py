@@ -3,7 +3,7 @@ import pytest
 
 from pagedlib import BlockManager, SamplingParams, Scheduler
 from pagedlib.exercises import ch10
-from pagedlib.scheduler import Sequence
+from pagedlib.engine.scheduler import Sequence
 
 from engine_scenarios import chapter10_mixed_step
 

@@ -1,4 +1,4 @@
-"""The launch configuration (pagedlib.kernels.launch) and what it costs a GPU (pagedlib.bench.kernels).
+"""The launch configuration (pagedlib.attention.kernels.launch) and what it costs a GPU (pagedlib.bench.kernels).
 
 No GPU needed: the kernels are compiled ahead of time for a T4 (sm_75), an A100 (sm_80) and an H100
 (sm_90), and the compiled binaries' registers, spills and shared memory are read with the triton
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pagedlib.bench import kernels as bench
-from pagedlib.kernels.launch import LaunchConfig, launch_config
+from pagedlib.attention.kernels.launch import LaunchConfig, launch_config
 
 T4, A100, H100 = (7, 5), (8, 0), (9, 0)
 

@@ -1,4 +1,4 @@
-"""pagedlib.llama and pagedlib.models: the Llama family served by the engine gives transformers' tokens.
+"""pagedlib.models.llama and pagedlib.models.loading: the Llama family served by the engine gives transformers' tokens.
 
 The reference for every request is ``transformers``' greedy ``generate`` on that request alone (fp32,
 on the CPU). The models are random-initialised with ``initializer_range=0.1`` (not the usual 0.02): logits
@@ -16,8 +16,9 @@ import transformers  # pinned in requirements.txt: a missing one fails, never sk
 
 import pagedlib
 from pagedlib import DEVICE, LLM, Llama, from_hf
-from pagedlib.layers import PagedBatch, PagedModel
-from pagedlib.llama import LlamaConfig, rope_frequencies
+from pagedlib.engine.batch import PagedBatch
+from pagedlib.models.layers import PagedModel
+from pagedlib.models.llama import LlamaConfig, rope_frequencies
 
 transformers.logging.set_verbosity_error()
 
@@ -190,7 +191,7 @@ def test_corrupting_any_one_cached_row_changes_the_output(which, name):
 # ---- RoPE, shapes and what is refused ------------------------------------------------------------
 def test_llama3_rope_matches_transformers_frequencies():
     hf = tiny_hf("mha4_4_tied_llama3")
-    mine = rope_frequencies(pagedlib.llama.config_from_hf(hf.config))
+    mine = rope_frequencies(pagedlib.models.llama.config_from_hf(hf.config))
     theirs = hf.model.rotary_emb.inv_freq
     assert torch.equal(mine, theirs)
     default = rope_frequencies(LlamaConfig(head_dim=16, rope_theta=500000.0))
@@ -262,6 +263,7 @@ def test_llama_shape_and_parameter_count():
     assert kv.layers[0][0].shape == (3, 4, 2, 16)           # [num_blocks, block_size, num_kv_heads, head_dim]
 
 
+@pytest.mark.slow
 def test_bench_against_transformers_quick(capsys):
     """The comparison with transformers' continuous batching runs both models and finds the same tokens."""
     from pagedlib.bench.__main__ import main

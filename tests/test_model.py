@@ -1,4 +1,4 @@
-"""pagedlib.model: GPT-2 over the paged cache gives transformers' logits, whatever the layout.
+"""pagedlib.models.gpt2: GPT-2 over the paged cache gives transformers' logits, whatever the layout.
 
 The reference is transformers in fp32 on the CPU. The paged model runs on ``pagedlib.runtime.DEVICE``
 (the Triton interpreter on the CPU, compiled kernels on a CUDA GPU) and, where it is compared with the
@@ -11,9 +11,10 @@ import torch
 import transformers  # pinned in requirements.txt: a missing one fails, never skips
 
 import pagedlib
-from pagedlib import model as model_mod
-from pagedlib.attention_ref import write_kv_ref
-from pagedlib.model import GPT2, PagedBatch
+from pagedlib.attention import backend as model_mod
+from pagedlib.attention.torch_backend import write_kv_ref
+from pagedlib.engine.batch import PagedBatch
+from pagedlib.models.gpt2 import GPT2
 
 transformers.logging.set_verbosity_error()
 
@@ -165,7 +166,7 @@ def test_each_dtype_matches_transformers_within_its_tolerance(dtype, backend):
 
 def test_triton_backend_checks_the_batch_in_the_first_layer_only(monkeypatch):
     """The value checks cost a GPU sync per call: one layer checks the batch, the others trust it."""
-    from pagedlib import attention_checks
+    from pagedlib.attention import checks as attention_checks
     model = GPT2.from_hf(tiny_hf(n_layer=3), backend="triton")
     kv = model.make_kv_cache(num_blocks=4, block_size=4)
     calls = []
@@ -180,7 +181,7 @@ def test_triton_backend_checks_the_batch_in_the_first_layer_only(monkeypatch):
 def test_triton_backend_sizes_the_prefill_grid_from_the_batch(monkeypatch):
     """Given batch.max_query_len, only the first layer reads the chunk lengths back (to check it); the
     others launch without that GPU sync. A wrong value is refused there."""
-    from pagedlib import attention
+    from pagedlib.attention import triton_backend as attention
     model = paged(tiny_hf(n_layer=3), "triton")
     kv = model.make_kv_cache(num_blocks=4, block_size=4)
     batch = batch_for([(0, [3, 1, 4, 1, 5]), (0, [9, 2])], [[2, 0], [1]], 4)
@@ -234,13 +235,14 @@ def test_backend_is_chosen_once_and_the_decode_pattern_built_once_per_batch(monk
     """Choosing a backend happens when it is set, not per layer per forward; the torch backend's
     sparse decode pattern depends only on the batch, so three layers build it once (for the decode
     rows of a mixed batch too)."""
-    from pagedlib import attention_ref, layers
+    from pagedlib.attention import torch_backend
+    from pagedlib.models import layers
     model = paged(tiny_hf(n_layer=3), "torch")
     kv = model.make_kv_cache(num_blocks=4, block_size=4)
     chosen, built = [], []
     monkeypatch.setattr(layers, "make_backends", lambda name: chosen.append(name))
-    real = attention_ref.decode_pattern
-    monkeypatch.setattr(attention_ref, "decode_pattern", lambda *a: built.append(1) or real(*a))
+    real = torch_backend.decode_pattern
+    monkeypatch.setattr(torch_backend, "decode_pattern", lambda *a: built.append(1) or real(*a))
     model(batch_for([(0, [3, 1, 4, 1, 5])], [[2, 0]], 4), kv)
     model(batch_for([(5, [9])], [[2, 0]], 4, is_decode=True), kv)
     model(batch_for([(6, [2])], [[2, 0]], 4, is_decode=True), kv)
@@ -250,7 +252,7 @@ def test_backend_is_chosen_once_and_the_decode_pattern_built_once_per_batch(monk
 
 
 def test_model_meets_the_engine_protocol():
-    from pagedlib.layers import PagedModel
+    from pagedlib.models.layers import PagedModel
     model = paged(tiny_hf())
     assert isinstance(model, PagedModel)
     assert (model.context_length, model.vocab_size) == (128, 300)

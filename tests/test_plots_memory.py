@@ -7,8 +7,8 @@ import pytest  # noqa: E402
 
 import pagedlib  # noqa: E402
 from pagedlib import plots  # noqa: E402
-from pagedlib.allocators import FirstFitAllocator, fragmenting_events  # noqa: E402
-from pagedlib.capacity import GPUS  # noqa: E402
+from pagedlib.memory.allocators import FirstFitAllocator, fragmenting_events  # noqa: E402
+from pagedlib.memory.capacity import GPUS  # noqa: E402
 from pagedlib.plots.style import COLORS  # noqa: E402
 
 SEED = [512, 37, 1900, 128, 4]

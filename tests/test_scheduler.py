@@ -1,4 +1,4 @@
-"""pagedlib.scheduler: continuous batching, on-demand admission, preemption of the newest, FCFS,
+"""pagedlib.engine.scheduler: continuous batching, on-demand admission, preemption of the newest, FCFS,
 the token budget (decodes first, then prefill chunks), seats counted from admission.
 
 The scheduler is driven here without a model: a test "samples" a token for every scheduled sequence
@@ -7,8 +7,8 @@ whose prompt is fully computed.
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pagedlib.block_manager import BlockManager
-from pagedlib.scheduler import Scheduler, Sequence, Status
+from pagedlib.memory.block_manager import BlockManager
+from pagedlib.engine.scheduler import Scheduler, Sequence, Status
 
 
 def seqs(*prompt_lens, first_id=0):

@@ -1,11 +1,11 @@
-"""pagedlib.sim mirrors pagedlib.scheduler: on one small workload, the simulator's step loop in the
+"""pagedlib.sim mirrors pagedlib.engine.scheduler: on one small workload, the simulator's step loop in the
 engine's order (``grow_first=True``, no watermark) admits and preempts exactly the requests the real
 scheduler does, step by step; in its default order (the paper's) it differs, as its docstring says."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from pagedlib.block_manager import BlockManager
-from pagedlib.scheduler import Scheduler, Sequence
+from pagedlib.memory.block_manager import BlockManager
+from pagedlib.engine.scheduler import Scheduler, Sequence
 from pagedlib.sim.loop import StepLoop
 from pagedlib.sim.paged import PagedPool
 from pagedlib.sim.request import SimRequest

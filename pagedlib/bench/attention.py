@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from .. import runtime
-from ..capacity import PEAK_BANDWIDTH_GBS   # matched against torch.cuda.get_device_name()
+from ..memory.capacity import PEAK_BANDWIDTH_GBS   # matched against torch.cuda.get_device_name()
 
 FIELDS = ["batch", "context", "block_size", "num_splits", "paged_us", "sdpa_us", "ref_us",
           "paged_gbs", "sdpa_gbs", "paged_frac_peak", "paged_vs_sdpa", "paged_vs_ref", "max_err"]
@@ -109,8 +109,8 @@ def sdpa_decode(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
 def run_gpu(args: argparse.Namespace) -> list[dict]:
     import triton.testing
 
-    from ..attention import choose_num_splits, num_sms, paged_attention
-    from ..attention_ref import paged_attention_ref
+    from ..attention.triton_backend import choose_num_splits, num_sms, paged_attention
+    from ..attention.reference import paged_attention_ref
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     runtime.check_dtype(dtype)
@@ -160,8 +160,9 @@ CPU_CASES = [((8, 2), 128, 16, [1, 16, 17, 300]), ((5, 1), 80, 8, [9, 64]), ((6,
 
 def check_cpu() -> int:
     """Correctness of every kernel path through the interpreter, on small cases; returns the exit code."""
-    from ..attention import paged_attention, paged_prefill
-    from ..attention_ref import paged_attention_ref, paged_prefill_ref, random_paged_inputs
+    from ..attention.triton_backend import paged_attention, paged_prefill
+    from ..attention.reference import paged_attention_ref, paged_prefill_ref
+    from ..attention.inputs import random_paged_inputs
 
     print("No CUDA GPU: Triton runs through the interpreter, whose timings mean nothing. Timings need a GPU;\n"
           "checking correctness against the PyTorch reference instead (fp32, NaN in unowned slots).\n")

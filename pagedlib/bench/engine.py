@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from .. import runtime
-from ..baseline import ReserveMaxLLM, hf_static_generate
-from ..engine import LLM, SamplingParams
-from ..model import DEFAULT_BACKEND, GPT2
+from ..engine.baseline import ReserveMaxLLM, hf_static_generate
+from ..engine.llm import LLM, SamplingParams
+from ..attention.backend import DEFAULT_BACKEND
+from ..models.gpt2 import GPT2
 from . import peer
 
 

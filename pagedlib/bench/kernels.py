@@ -1,7 +1,7 @@
 """What the kernels cost a GPU: ``python -m pagedlib.bench kernels [--resources]``.
 
 ``--resources`` (no GPU needed): compile every kernel (decode, split-K, merge, prefill, write)
-ahead of time with exactly the launch configuration ``pagedlib.kernels.launch`` chooses, for a T4
+ahead of time with exactly the launch configuration ``pagedlib.attention.kernels.launch`` chooses, for a T4
 (sm_75), an A100 (sm_80) and an H100 (sm_90), and read from each compiled binary its registers per
 thread, the bytes per thread spilled to local memory and its shared memory; from those and the
 GPU's per-multiprocessor limits, how many programs fit one multiprocessor at once (occupancy).
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..kernels import launch
-from ..kernels.launch import SM_LIMITS
+from ..attention.kernels import launch
+from ..attention.kernels.launch import SM_LIMITS
 
 CAPABILITIES = (75, 80, 90)                  # T4, A100, H100
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
@@ -50,7 +50,7 @@ def programs_per_sm(capability: int, registers: int, shared_bytes: int, warps: i
     lim = SM_LIMITS[capability]
     if shared_bytes > lim.shared_per_program or registers > lim.max_registers:
         return 0
-    per_warp = -(-registers * 32 // 256) * 256
+    per_warp = cdiv(registers * 32, 256) * 256
     by_registers = 4 * (lim.registers // 4 // per_warp) // warps
     per_program = shared_bytes + lim.reserved_shared
     by_shared = lim.shared_per_sm // per_program if per_program else lim.max_programs
@@ -196,13 +196,13 @@ def compile_resources(jobs: list[tuple]) -> list[tuple[int, int, int]]:
 
 
 def launch_meta(kernel: str, cfg: launch.LaunchConfig) -> dict:
-    """The keyword arguments the launcher in ``pagedlib.attention`` passes to ``kernel``."""
+    """The keyword arguments the launcher in ``pagedlib.attention.triton_backend`` passes to ``kernel``."""
     if kernel in ("decode", "split"):
         return launch.decode_meta(cfg, BLOCK_SIZE)
     if kernel == "prefill":
         return launch.prefill_meta(cfg, BLOCK_SIZE)
     if kernel == "merge":
-        from ..attention import MAX_SPLITS
+        from ..attention.triton_backend import MAX_SPLITS
         return launch.merge_meta(cfg, MAX_SPLITS)                    # the widest merge
     return launch.write_meta(cfg.head_dim, WRITE_KV_HEADS, BLOCK_SIZE)
 
@@ -289,7 +289,7 @@ def time_neighbours(args: argparse.Namespace) -> list[dict]:
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
-    from ..attention import paged_attention
+    from ..attention.triton_backend import paged_attention
     from .attention import decode_bytes, gpu_inputs
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     num_heads, num_kv_heads = args.heads

@@ -18,7 +18,8 @@ import shlex
 import sys
 import time
 
-from ..block_manager import BlockManager
+from ..memory.block_manager import BlockManager
+from ..validation import cdiv
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -52,7 +53,7 @@ def alloc_free_rate(num_blocks: int, args: argparse.Namespace) -> float:
     """
     bm = BlockManager(num_blocks, args.block_size)
     prompt = list(range(args.prompt_len))
-    per_seq = -(-args.prompt_len // args.block_size)
+    per_seq = cdiv(args.prompt_len, args.block_size)
     if args.live * per_seq > num_blocks:
         raise ValueError(f"--live {args.live} prompts of {per_seq} blocks do not fit a pool of {num_blocks}")
     churn = list(range(num_blocks // 2 // per_seq))
@@ -100,7 +101,7 @@ def prefix_costs(args: argparse.Namespace) -> tuple[float, float, int]:
             bm.can_allocate(prompt)
 
     per_block = best_of(args.repeat, lookup) / (lookups * full_blocks)
-    n_blocks = -(-len(prompt) // args.block_size)
+    n_blocks = cdiv(len(prompt), args.block_size)
 
     def hit_alloc_free():
         for i in range(lookups):

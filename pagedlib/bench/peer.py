@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import runtime
-from ..engine import LLM, SamplingParams
+from ..engine.llm import LLM, SamplingParams
 
 MODELS = ("gpt2", "llama")
 
@@ -148,7 +148,7 @@ def percentiles(values: list[float]) -> str:
 
 def compare(kind: str, args, prompts, budgets) -> dict:
     """Alternate ``args.runs`` runs of each engine on one model kind; print and return the figures."""
-    from ..models import from_hf
+    from ..models.loading import from_hf
     hf = build_hf(kind, args)
     model = from_hf(hf, backend=args.backend, dtype=torch.float32)
     num_blocks = args.kv_slots // args.block_size

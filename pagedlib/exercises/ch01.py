@@ -4,7 +4,7 @@ Reference solutions are plain functions (or values); each name is then rebound t
 a notebook calls ``ex.kv_bytes_per_token.check(my_function)``.
 """
 from . import Exercise
-from ..capacity import GPU_MEMORY_UTILIZATION, GPUS, MODELS, ModelSpec
+from ..memory.capacity import GPU_MEMORY_UTILIZATION, GPUS, MODELS, ModelSpec
 
 
 def kv_bytes_per_token(spec: ModelSpec) -> int:

@@ -91,7 +91,7 @@ EVICT_REQUESTS = {"A": list(range(100, 113)), "B": list(range(200, 213)), "C": l
 
 def evict_replay() -> dict[str, int]:
     """A and B (13 tokens) run and finish, C (16 tokens) runs, then A comes back: tokens each hits."""
-    from ..block_manager import BlockManager
+    from ..memory.block_manager import BlockManager
     bm = BlockManager(EVICT_POOL_BLOCKS, EVICT_BLOCK_SIZE, enable_prefix_caching=True)
     hits = {}
     for name, free_after in (("A", True), ("B", True), ("C", False)):

@@ -19,7 +19,8 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from ..attention_ref import gather_kv, paged_attention_ref, random_paged_inputs
+from ..attention.reference import gather_kv, paged_attention_ref
+from ..attention.inputs import random_paged_inputs
 from . import Exercise
 from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output, variant
 

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..attention import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
+from ..attention.triton_backend import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
 from . import Exercise
 
 
@@ -82,7 +82,7 @@ merge_partials = Exercise(
 
 
 def num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
-    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.choose_num_splits``."""
+    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.triton_backend.choose_num_splits``."""
     programs = max(1, num_seqs * num_kv_heads)          # the single pass's grid
     if programs >= sms:
         return 1                                        # the GPU is already full

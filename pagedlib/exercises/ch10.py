@@ -1,7 +1,7 @@
 """Chapter 10 exercises: the slots of one mixed step; which request the scheduler preempts; how
 many steps a workload takes.
 
-All follow the scheduler of :mod:`pagedlib.scheduler` (first come, first served, admission on demand,
+All follow the scheduler of :mod:`pagedlib.engine.scheduler` (first come, first served, admission on demand,
 preemption of the newest running request by recompute). The notebook checks the answers against
 pagedlib's own scheduler and engine, so the references here are the ones the code really produces.
 """

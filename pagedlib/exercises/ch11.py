@@ -1,6 +1,6 @@
 """Chapter 11 exercises: steps to a long prompt's first token under a token budget; one budgeted step.
 
-Both follow the rule of :mod:`pagedlib.scheduler` with ``max_num_batched_tokens``: each step schedules
+Both follow the rule of :mod:`pagedlib.engine.scheduler` with ``max_num_batched_tokens``: each step schedules
 at most ``budget`` new tokens, the running requests' decode tokens first (one each, oldest first), then
 prefill chunks in arrival order, a prompt that does not fit being cut into chunks over several steps.
 """

@@ -17,9 +17,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from ..capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
-from ..kernels.launch import SM_LIMITS
-from ..kernels.split_k import split_ranges  # the kernel's rule, drawn here
+from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
+from ..attention.kernels.launch import SM_LIMITS
+from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from .style import COLORS
 
 __all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",

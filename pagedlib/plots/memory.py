@@ -12,9 +12,9 @@ import numpy as np
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from ..allocators import ContiguousAllocator
-from ..block_manager import BlockManager
-from ..capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
+from ..memory.allocators import ContiguousAllocator
+from ..memory.block_manager import BlockManager
+from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
 from .style import COLORS, PADDING_HATCH
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_page_size", "plot_block_tables",
@@ -137,7 +137,7 @@ def plot_waste_vs_page_size(lengths: Sequence[int], page_sizes: Sequence[int] = 
     With ``max_len`` the reserve-max waste is drawn as a dashed line for comparison; with
     ``pool_slots`` each point is labelled with the number of requests of this mix that fit.
     """
-    from ..capacity import reserve_max_plan
+    from ..memory.capacity import reserve_max_plan
     fig, ax = _axes(ax, (8.5, 4.2))
     plans = [paged_plan(lengths, p) for p in page_sizes]
     waste = [100 * p.waste for p in plans]

@@ -15,6 +15,7 @@ from matplotlib import animation
 from matplotlib.patches import Patch, Rectangle
 
 from .style import COLORS
+from ..validation import cdiv
 
 __all__ = ["plot_page_table", "PoolFrame", "animate_pool", "animation_html"]
 
@@ -59,7 +60,7 @@ def plot_page_table(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[H
         if bad:
             raise ValueError(f"tables[{s!r}] holds page ids {bad} outside 0..{num_pages - 1} "
                              "(num_pages); pass the pool's num_pages")
-        if len(tables[s]) != -(-lengths[s] // page_size):
+        if len(tables[s]) != cdiv(lengths[s], page_size):
             raise ValueError(f"lengths[{s!r}] = {lengths[s]} tokens need "
                              f"{-(-lengths[s] // page_size)} pages of {page_size}, but tables[{s!r}] "
                              f"holds {len(tables[s])}")
@@ -145,7 +146,7 @@ def animate_pool(frames: Sequence[PoolFrame], page_size: int, *, columns: int = 
         raise ValueError("every frame needs one owner and one fill count per page")
     colours = _owner_colours([o for f in frames for o in f.owners] +
                              [s for f in frames for s in f.waiting])
-    rows = -(-num_pages // columns)
+    rows = cdiv(num_pages, columns)
     fig, ax = plt.subplots(figsize=(8.5, 0.75 * rows + 2.2))
     fig.subplots_adjust(left=0.02, right=0.98, top=0.86, bottom=0.02)
 

@@ -12,8 +12,9 @@ from typing import Hashable, Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
-from ..block_manager import BlockManager, block_hash
+from ..memory.block_manager import BlockManager, block_hash
 from .style import COLORS, PADDING_HATCH
+from ..validation import cdiv
 
 __all__ = ["plot_page_mapping", "plot_padded_vs_csr", "plot_shared_tables", "plot_beam_tree", "plot_hash_chains",
            "pool_states", "plot_pool_snapshots"]
@@ -103,7 +104,7 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
         raise ValueError(f"tables and seq_lens must have one entry per sequence; got {len(tables)} "
                          f"and {len(seq_lens)}")
     for s, (table, n) in enumerate(zip(tables, seq_lens)):
-        if len(table) != -(-n // block_size):
+        if len(table) != cdiv(n, block_size):
             raise ValueError(f"tables[{s}] has {len(table)} pages but {n} tokens need "
                              f"{-(-n // block_size)} of {block_size}; give each table without padding")
     max_blocks = max(len(t) for t in tables)
@@ -311,20 +312,20 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
 def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int):
     """Each prompt's blocks (one row per prompt, in arrival order) with their chained names.
 
-    A full block shows the first hex digits of its name (:func:`pagedlib.block_manager.block_hash`,
+    A full block shows the first hex digits of its name (:func:`pagedlib.memory.block_manager.block_hash`,
     chained on the block before it); green if an earlier prompt already had that name, blue if the
     name is new. A partly filled last block has no name (hatched): it is not final yet.
     """
     if not prompts:
         raise ValueError("prompts is empty: give at least one prompt to draw")
     names = list(prompts)
-    width = max(-(-len(p) // block_size) for p in prompts.values())
+    width = max(cdiv(len(p), block_size) for p in prompts.values())
     fig, ax = plt.subplots(figsize=(9, 0.75 * len(names) + 1.7), layout="constrained")
     seen: set[bytes] = set()
     for r, name in enumerate(names):
         tokens = list(prompts[name])
         parent, new = b"", set()
-        for i in range(-(-len(tokens) // block_size)):
+        for i in range(cdiv(len(tokens), block_size)):
             block = tokens[i * block_size:(i + 1) * block_size]
             x, y = i * 1.6, -r - 0.85
             if len(block) == block_size:

@@ -13,7 +13,7 @@ works across the whole pool, and a block never merges past the end of its arena.
 """
 from __future__ import annotations
 
-from ..capacity import next_pow2
+from ..memory.capacity import next_pow2
 
 
 class BuddyAllocator:

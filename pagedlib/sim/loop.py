@@ -12,7 +12,7 @@ Each step (one engine iteration):
 4. the meter records the pool and the batch size; finished requests give their memory back;
 5. the clock advances by the step's duration (only the arrivals depend on it).
 
-Which rule of the engine's scheduler (:mod:`pagedlib.scheduler`) each part mirrors, and where it
+Which rule of the engine's scheduler (:mod:`pagedlib.engine.scheduler`) each part mirrors, and where it
 differs on purpose (the simulator reproduces the paper's experiments, the engine follows vLLM v1):
 
 - first come, first served, no overtaking (step 2): the same rule as ``Scheduler._admit_waiting``;

@@ -9,7 +9,7 @@ it is recomputed later from its prompt plus the tokens it had generated.
 """
 from __future__ import annotations
 
-from ..capacity import pages_for
+from ..memory.capacity import pages_for
 from .request import SimRequest
 
 

@@ -4,7 +4,7 @@ OPT-13B on one A100-40GB: 12 GB of K/V cache at 800 KiB per token = 15,728 slots
 """
 from __future__ import annotations
 
-from ..capacity import GiB, MODELS
+from ..memory.capacity import GiB, MODELS
 
 OPT13B = MODELS["opt-13b"]                       # 800 KiB of K/V per token (fp16)
 KV_SLOTS = 12 * GiB // OPT13B.kv_bytes_per_token   # 15,728 token slots

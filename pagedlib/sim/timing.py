@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..capacity import MODELS, PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
+from ..memory.capacity import MODELS, PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
 
 GB, TB = 10**9, 10**12
 

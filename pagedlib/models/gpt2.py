@@ -6,7 +6,7 @@ What is new is *where K/V live*: not in a ``[batch, heads, seq, dim]`` tensor pe
 paged cache per layer, ``[num_blocks, block_size, n_head, head_dim]`` for K and for V, shared by every
 request, each request finding its tokens through its block table.
 
-The model runs on a *flat batch* (:class:`~pagedlib.layers.PagedBatch`): the new tokens of every
+The model runs on a *flat batch* (:class:`~pagedlib.engine.batch.PagedBatch`): the new tokens of every
 scheduled sequence, concatenated, with the slot each token's K/V goes to. One forward pass serves a
 whole engine step, prefill chunks and decode tokens mixed. In every layer:
 
@@ -14,26 +14,29 @@ whole engine step, prefill chunks and decode tokens mixed. In every layer:
   their K/V, then attend causally over the cached prefix + chunk with ``paged_prefill``;
 - when every chunk is a single token (``is_decode``), ``paged_attention`` runs instead.
 
-Both live in :class:`~pagedlib.layers.PagedAttention`, shared with the Llama family
-(``pagedlib.llama``), as are the cache, the batch and the backend choice: ``"triton"`` (the course's
-kernels: compiled on a GPU, through the interpreter on a CPU) or ``"torch"`` (the batched PyTorch
-references of ``pagedlib.attention_ref``). :data:`DEFAULT_BACKEND` follows the runtime;
+Both live in :class:`~pagedlib.models.layers.PagedAttention`, shared with the Llama family
+(``pagedlib.models.llama``), as are the cache, the batch and the backend choice: ``"triton"`` (the course's
+kernels: compiled on a GPU, through the interpreter on a CPU) or ``"torch"`` (the
+whole batch in PyTorch, ``pagedlib.attention.torch_backend``). The default follows the runtime;
 ``GPT2(..., backend=...)`` or ``model.backend = ...`` overrides it. The model returns the logits of
 each sequence's *last* token, the only ones the engine samples from.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import runtime
-# re-exported: they were defined here before the Llama family shared them
-from .layers import BACKENDS, DEFAULT_BACKEND, KVCache, KVShape, PagedAttention, PagedBatch, PagedLM
+from .. import runtime
+from .layers import KVCache, KVShape, PagedAttention, PagedLM
 
-__all__ = ["GPT2", "GPT2Config", "GPT2Layer", "BACKENDS", "DEFAULT_BACKEND", "KVCache", "PagedBatch"]
+if TYPE_CHECKING:
+    from ..engine.batch import PagedBatch
+
+__all__ = ["GPT2", "GPT2Config", "GPT2Layer"]
 
 
 @dataclass(frozen=True)

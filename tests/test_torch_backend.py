@@ -1,4 +1,4 @@
-"""The PyTorch reference (pagedlib.attention_ref) against attention written independently with SDPA.
+"""The PyTorch reference (pagedlib.attention.reference) against attention written independently with SDPA.
 
 Every kernel test trusts paged_attention_ref, so it is checked here against torch's
 scaled_dot_product_attention over a contiguous copy of the same tokens, built without the page table.
@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import pagedlib  # (sets the runtime first)
-from pagedlib.attention_ref import (gather_kv, paged_attention_batched_ref, paged_attention_ref,
-                                    paged_prefill_batched_ref, paged_prefill_ref, random_paged_inputs,
-                                    write_kv_ref)
+from pagedlib.attention.inputs import random_paged_inputs
+from pagedlib.attention.reference import gather_kv, paged_attention_ref, paged_prefill_ref
+from pagedlib.attention.torch_backend import paged_attention_batched_ref, paged_prefill_batched_ref, write_kv_ref
 
 DEVICE = pagedlib.runtime.DEVICE
 
@@ -207,7 +207,7 @@ def test_batched_decode_refuses_a_cache_too_big_for_int32_rows():
 def test_both_ways_of_building_the_decode_pattern_agree(lens):
     """Similar lengths use the padded layout, one long sequence among short ones the direct numbering
     (padding would more than double the work); both give the same pattern and the same attention."""
-    from pagedlib import attention_ref
+    from pagedlib.attention import torch_backend as attention_ref
     x = random_paged_inputs(lens, 8, 2, 16, 4, seed=5)
     lens32 = x.seq_lens.int()
     crow = torch.cat([lens32.new_zeros(1), lens32.repeat_interleave(8).cumsum(0, dtype=torch.int32)])

@@ -1,4 +1,4 @@
-"""The model runner's job: one step's scheduled tokens as one flat :class:`~pagedlib.layers.PagedBatch`.
+"""The model runner's job: one step's scheduled tokens as one flat :class:`PagedBatch`.
 
 Every scheduled sequence brings the tokens it computes in this step, ``[num_computed_tokens - n,
 num_computed_tokens)`` (the scheduler has already advanced ``num_computed_tokens``): one token for a
@@ -11,15 +11,38 @@ its decode kernel.
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass, field
 from typing import Sequence as Seq
 
 import torch
 
-from .block_manager import BlockManager
-from .layers import PagedBatch
+from ..memory.block_manager import BlockManager
 from .scheduler import Sequence
 
-__all__ = ["build_batch"]
+__all__ = ["PagedBatch", "build_batch"]
+
+
+@dataclass
+class PagedBatch:
+    """One forward pass over the paged cache: the new tokens of ``num_seqs`` sequences, flattened.
+
+    Sequence ``s`` owns rows ``query_start_loc[s]:query_start_loc[s+1]`` of ``input_ids``; they are
+    its *last* tokens, so its K/V before them must already be in the cache. ``is_decode`` says every
+    sequence brings exactly one token (then ``paged_attention`` runs instead of ``paged_prefill``).
+    ``max_query_len``, if the builder knows it, is the longest chunk: ``paged_prefill`` sizes its grid
+    with it instead of reading ``query_start_loc`` back from the GPU in every layer.
+    """
+
+    input_ids: torch.Tensor        # [num_tokens] int64
+    positions: torch.Tensor        # [num_tokens] int64, each token's index in its sequence
+    slot_mapping: torch.Tensor     # [num_tokens] int64, slot = block_id * block_size + offset
+    block_tables: torch.Tensor     # [num_seqs, max_blocks] int32
+    seq_lens: torch.Tensor         # [num_seqs] int32, tokens in the cache after this step
+    query_start_loc: torch.Tensor  # [num_seqs + 1] int32
+    is_decode: bool
+    max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
+    # what a backend derives from the batch alone, built in the first layer and reused by the others
+    plans: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def _longs(values: list[int]) -> torch.Tensor:

@@ -1,64 +1,46 @@
-"""Paged attention with Triton (chapters 8 and 9): the public functions that check inputs and launch kernels.
+"""Paged attention with Triton (chapters 8 and 9): the public functions that check inputs and launch
+kernels, and :class:`TritonBackend`, the engine's backend built on them.
 
 - ``paged_attention``: decode, one new token per sequence; single pass or split-K (flash-decoding).
 - ``paged_prefill``: causal attention for a chunk of new tokens per sequence over its cached prefix.
 - ``write_kv``: scatter new K/V rows to their cache slots.
 
-The kernels live in ``pagedlib.kernels``, one per file. On a CUDA GPU they are compiled; on the CPU
+The kernels live in ``pagedlib.attention.kernels``, one per file. On a CUDA GPU they are compiled; on the CPU
 they run through the Triton interpreter (``pagedlib.runtime``), slowly but exactly the same code.
 Nothing here falls back to PyTorch: a case the kernels cannot run raises a ``ValueError`` instead.
-Every function checks its inputs first (see ``pagedlib.attention_checks``); ``validate=False``
+Every function checks its inputs first (see ``pagedlib.attention.checks``); ``validate=False``
 skips only the checks that read tensor values (a device synchronisation on a GPU), for hot loops
 whose inputs are already known to be good.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 import triton
 
-from . import runtime
-from .attention_checks import CacheDims, check_decode, check_prefill, check_scale, check_write
+from .. import runtime
+from .checks import CacheDims, check_decode, check_prefill, check_scale, check_write
 from .kernels.decode import decode_kernel
-from .kernels.launch import (MIN_DOT_ROWS, LaunchConfig, decode_meta, device_capability, kv_tile,
-                             launch_config, merge_meta, prefill_meta, write_meta)
+from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TOKENS_PER_SPLIT, LaunchConfig, choose_num_splits,
+                             decode_meta, device_capability, kv_tile, launch_config, merge_meta, num_sms,
+                             prefill_meta, write_meta)
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
 from .kernels.write_kv import write_kv_kernel
+from ..validation import as_int, cdiv
 
-# MIN_DOT_ROWS and kv_tile are defined in pagedlib.kernels.launch; chapter 8 imports them from here.
+if TYPE_CHECKING:
+    from ..engine.batch import PagedBatch
+
+# Every launch number (tiles, warps, MIN_DOT_ROWS, the split-K rule) is defined in
+# pagedlib.attention.kernels.launch; the names below are re-exported for the chapters' imports.
 __all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TOKENS_PER_SPLIT", "LaunchConfig", "choose_num_splits", "kv_tile",
            "launch_config", "longest_chunk", "num_sms", "paged_attention", "paged_prefill", "write_kv"]
 
-MIN_TOKENS_PER_SPLIT = 256   # split-K: fewer tokens than this per split costs more in merging than it gains
-MAX_SPLITS = 32
-
-
-def num_sms(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device; 1 on the CPU (the interpreter runs one program at a time)."""
-    if device.type != "cuda":
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
-    """How many ranges to split each sequence into for split-K decode.
-
-    The single pass launches ``num_seqs * num_kv_heads`` programs. If that already fills the GPU's
-    ``sms`` multiprocessors, splitting only adds a merge: 1. Otherwise split enough to make about two
-    programs per multiprocessor, but keep at least ``MIN_TOKENS_PER_SPLIT`` tokens of the longest
-    possible sequence (``max_seq_len``) in each split, and at most ``MAX_SPLITS`` splits.
-    """
-    programs = max(1, num_seqs * num_kv_heads)
-    if programs >= sms:
-        return 1
-    wanted = triton.cdiv(2 * sms, programs)
-    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
-    return max(1, min(wanted, useful, MAX_SPLITS))
-
-
 def _check_num_splits(num_splits) -> None:
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
-                                   or num_splits < 1):
+    if num_splits is not None and (as_int(num_splits) is None or num_splits < 1):
         raise ValueError(f"num_splits must be None (choose automatically) or an int >= 1; got {num_splits!r}")
 
 
@@ -80,7 +62,7 @@ def _config(config: LaunchConfig | None, query: torch.Tensor, dims: CacheDims, n
         return launch_config(dims.head_dim, query.dtype, group, device_capability(query.device))
     if not isinstance(config, LaunchConfig) or (config.head_dim, config.group) != (dims.head_dim, group):
         raise ValueError(f"config must be a LaunchConfig for head_dim {dims.head_dim} and group {group} "
-                         f"(from pagedlib.kernels.launch.launch_config), or None to choose one; got {config!r}")
+                         f"(from pagedlib.attention.kernels.launch.launch_config), or None to choose one; got {config!r}")
     return config
 
 
@@ -149,10 +131,10 @@ def _check_max_query_len(max_query_len, query_start_loc: torch.Tensor, num_token
     if max_query_len is None:
         return
     num_seqs = query_start_loc.shape[0] - 1
-    if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or max_query_len < 0:
+    if as_int(max_query_len) is None or max_query_len < 0:
         raise ValueError(f"max_query_len must be None (computed from query_start_loc) or an int >= 0; "
                          f"got {max_query_len!r}")
-    at_least = -(-num_tokens // num_seqs) if num_seqs > 0 else 0    # some chunk holds ceil(tokens / seqs)
+    at_least = cdiv(num_tokens, num_seqs) if num_seqs > 0 else 0    # some chunk holds ceil(tokens / seqs)
     if max_query_len < at_least:
         raise ValueError(f"max_query_len = {max_query_len} is too small: {num_tokens} tokens (query.shape[0]) "
                          f"over {num_seqs} sequences put at least {at_least} in one chunk. Pass the longest "
@@ -232,3 +214,25 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, va
                                    key.stride(0), key.stride(1), value.stride(0), value.stride(1),
                                    *_cache_strides(key_cache, value_cache),
                                    **write_meta(dims.head_dim, dims.num_kv_heads, dims.block_size))
+
+
+@dataclass(frozen=True)
+class TritonBackend:
+    """The course's kernels behind the backend interface: ``write_kv``, then ``paged_attention``
+    (decode) or ``paged_prefill`` (chunks). ``validate=False`` skips the checks that read tensor values."""
+
+    validate: bool = True
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 batch: PagedBatch) -> None:
+        write_kv(k, v, key_cache, value_cache, batch.slot_mapping, validate=self.validate)
+
+    def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               batch: PagedBatch) -> torch.Tensor:
+        return paged_attention(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                               validate=self.validate)
+
+    def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                batch: PagedBatch) -> torch.Tensor:
+        return paged_prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc,
+                             max_query_len=batch.max_query_len, validate=self.validate)

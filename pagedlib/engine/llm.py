@@ -2,18 +2,18 @@
 
 Three pieces, each in its own module, meet here:
 
-- the **block manager** (``pagedlib.block_manager``) owns the cache's blocks: who holds which, shared
+- the **block manager** (``pagedlib.memory.block_manager``) owns the cache's blocks: who holds which, shared
   prompt blocks, cached prefixes;
-- the **scheduler** (``pagedlib.scheduler``) decides, each step, which tokens run: one for each
+- the **scheduler** (``pagedlib.engine.scheduler``) decides, each step, which tokens run: one for each
   decoding sequence, then prefill chunks, within a token budget; it preempts the newest sequence
   when blocks run out;
-- the **model** (``pagedlib.model``) computes the scheduled tokens, reading and writing K/V through
+- the **model** (``pagedlib.models.gpt2``) computes the scheduled tokens, reading and writing K/V through
   the block tables.
 
 One step is short: schedule; copy any copy-on-write blocks; run **one forward pass** over the flat
-batch of every scheduled token, decodes and prefill chunks together (``pagedlib.batching``; every
+batch of every scheduled token, decodes and prefill chunks together (``pagedlib.engine.batch``; every
 layer writes the step's K/V before its attention reads, which is what makes the scheduler's prefix
-caching safe, see ``pagedlib.block_manager``); sample a token (``pagedlib.sampling``) for each sequence
+caching safe, see ``pagedlib.memory.block_manager``); sample a token (``pagedlib.engine.sampling``) for each sequence
 whose prompt is now fully computed or that decoded (a request with ``n > 1`` forks into its samples
 first); retire those that are done::
 
@@ -32,13 +32,13 @@ from typing import Sequence as Seq
 import torch
 from tqdm.auto import tqdm
 
-from .batching import build_batch
-from .block_manager import BlockManager
-from .layers import PagedModel
+from .batch import build_batch
+from ..memory.block_manager import BlockManager
+from ..models.layers import PagedModel
 from .metrics import EngineMetrics, RequestMetrics, StepRecord
 from .sampling import SamplingParams, sample_rows, sample_token
 from .scheduler import ScheduledStep, Scheduler, Sequence, Status
-from .validation import positive_int
+from ..validation import cdiv, positive_int
 
 __all__ = ["LLM", "SamplingParams", "sample_token"]
 
@@ -62,7 +62,7 @@ class LLM:
     most ``max_num_batched_tokens`` tokens per step (``None``: no limit, every prompt whole).
 
     :meth:`generate` runs a list of prompts to completion; :meth:`add_request` and :meth:`step` do
-    it one step at a time. ``metrics`` (a :class:`~pagedlib.metrics.EngineMetrics`, readable by key)
+    it one step at a time. ``metrics`` (a :class:`~pagedlib.engine.metrics.EngineMetrics`, readable by key)
     describes the steps since :meth:`reset_metrics` (``generate`` resets it):
 
     - ``steps``, ``tokens_generated``, ``elapsed_s``, ``tokens_per_s`` (time spent in steps);
@@ -71,10 +71,10 @@ class LLM:
     - ``prefix_hit_tokens``: prompt tokens found in the prefix cache instead;
     - ``peak_blocks_used``, ``peak_running``; ``peak_blocks_saved_by_sharing``: blocks the sequences'
       tables name minus the blocks really held (parallel samples sharing their prompt);
-    - ``history``: one :class:`~pagedlib.metrics.StepRecord` per step (``running``, ``waiting``,
+    - ``history``: one :class:`~pagedlib.engine.metrics.StepRecord` per step (``running``, ``waiting``,
       ``blocks_used``, ``logical_blocks``, ``preempted``, ``prefill_tokens``, ``decode_tokens``,
       ``seconds``) for the figures of :mod:`pagedlib.plots.engine`;
-    - ``requests``: one :class:`~pagedlib.metrics.RequestMetrics` per finished request (``ttft_s``,
+    - ``requests``: one :class:`~pagedlib.engine.metrics.RequestMetrics` per finished request (``ttft_s``,
       ``tpot_s``, ``num_cached_tokens``, ``num_preemptions``), in prompt order after ``generate``.
 
     If a step raises (the model failed, say), the engine is left mid-step and refuses further use
@@ -85,7 +85,7 @@ class LLM:
                  enable_prefix_caching: bool = False, max_num_batched_tokens: int | None = None):
         if not isinstance(model, PagedModel):
             raise TypeError(f"model must be a paged model (pagedlib.GPT2, pagedlib.Llama, or anything with "
-                            f"the pagedlib.layers.PagedModel protocol); got {type(model).__name__}. "
+                            f"the pagedlib.models.layers.PagedModel protocol); got {type(model).__name__}. "
                             "Convert a transformers model with pagedlib.from_hf(model) (it picks "
                             "pagedlib.GPT2.from_hf or pagedlib.Llama.from_hf by architecture).")
         self.model = model
@@ -145,7 +145,7 @@ class LLM:
 
     def pop_result(self, request_id: int) -> list[int] | list[list[int]]:
         """The output of a finished request (its ``n`` samples if ``n > 1``), forgotten afterwards;
-        its :class:`~pagedlib.metrics.RequestMetrics` joins ``metrics["requests"]``."""
+        its :class:`~pagedlib.engine.metrics.RequestMetrics` joins ``metrics["requests"]``."""
         samples = sorted(self._requests.pop(request_id), key=lambda s: s.sample_index)
         log = self._logs.pop(request_id)
         outputs = [s.output for s in samples]
@@ -285,7 +285,7 @@ class LLM:
             raise ValueError(f"{where}: {len(tokens)} prompt tokens + max_new_tokens {params.max_new_tokens} = "
                              f"{total} exceeds the model's context of {context} tokens (context_length); "
                              "shorten the prompt or lower max_new_tokens.")
-        need = -(-total // self.block_size)
+        need = cdiv(total, self.block_size)
         if need > self.num_blocks:
             raise ValueError(f"{where}: {total} tokens need {need} blocks of {self.block_size}, but the whole "
                              f"cache has {self.num_blocks} blocks, so it could never run; give LLM more "
@@ -316,6 +316,6 @@ class LLM:
         m.add_step(self.step_record(
             step=m.steps + 1, running=len(running), waiting=len(self.scheduler.waiting),
             blocks_used=bm.num_used_blocks,
-            logical_blocks=sum(-(-bm.num_tokens(s.seq_id) // self.block_size) for s in running),  # unshared
+            logical_blocks=sum(cdiv(bm.num_tokens(s.seq_id), self.block_size) for s in running),  # unshared
             preempted=len(plan.preempted), prefill_tokens=sum(plan.prefill_chunks),
             decode_tokens=len(plan.decodes), seconds=seconds), tokens_sampled)

@@ -1,16 +1,16 @@
-"""What every paged model shares (chapter 9): the flat batch, the KV cache, the attention backend,
-the paged attention layer, and the small protocol the engine relies on.
+"""What every paged model shares (chapter 10): the KV cache, the paged attention layer, and the small
+protocol the engine relies on.
 
-A model in ``pagedlib`` (GPT-2 in ``model.py``, the Llama family in ``llama.py``) differs from the
+A model in ``pagedlib`` (GPT-2 in ``gpt2.py``, the Llama family in ``llama.py``) differs from the
 others only in what it computes *around* attention: embeddings, norms, positions, the MLP. Where
 K/V live and how attention reads them is the same for all, and lives here:
 
-- :class:`PagedBatch`: one forward pass, the new tokens of every scheduled sequence flattened, with
-  the slot each token's K/V goes to;
+- :class:`~pagedlib.engine.batch.PagedBatch` (the engine builds it): one forward pass, the new tokens
+  of every scheduled sequence flattened, with the slot each token's K/V goes to;
 - :class:`KVCache`: per layer, a key and a value cache ``[num_blocks, block_size, num_kv_heads,
   head_dim]`` whose block ids are the block manager's;
-- :class:`Backend`: write, decode and prefill through ``"triton"`` (the course's kernels) or
-  ``"torch"`` (the batched PyTorch references), chosen once per model;
+- the attention backend (:mod:`pagedlib.attention.backend`): write, decode and prefill through
+  ``"triton"`` (the course's kernels) or ``"torch"`` (PyTorch for the whole batch), chosen once per model;
 - :class:`PagedAttention`: write the new tokens' K/V, then attend: ``paged_attention`` when every
   sequence brings one token, ``paged_prefill`` otherwise (chunks of any length, one-token chunks
   included, so a batch may mix prefill chunks and decode rows);
@@ -19,42 +19,17 @@ K/V live and how attention reads them is the same for all, and lives here:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
-from . import runtime
+from .. import runtime
+from ..attention.backend import DEFAULT_BACKEND, AttentionBackend, make_backends
 
-BACKENDS = ("triton", "torch")
-# Compiled kernels on a GPU; on a CPU the interpreter is correct but slow, so the reference is the
-# default there (pass backend="triton" to run the kernels through the interpreter anyway).
-DEFAULT_BACKEND = "triton" if runtime.DEVICE.type == "cuda" else "torch"
-
-
-@dataclass
-class PagedBatch:
-    """One forward pass over the paged cache: the new tokens of ``num_seqs`` sequences, flattened.
-
-    Sequence ``s`` owns rows ``query_start_loc[s]:query_start_loc[s+1]`` of ``input_ids``; they are
-    its *last* tokens, so its K/V before them must already be in the cache. ``is_decode`` says every
-    sequence brings exactly one token (then ``paged_attention`` runs instead of ``paged_prefill``).
-    ``max_query_len``, if the builder knows it, is the longest chunk: ``paged_prefill`` sizes its grid
-    with it instead of reading ``query_start_loc`` back from the GPU in every layer.
-    """
-
-    input_ids: torch.Tensor        # [num_tokens] int64
-    positions: torch.Tensor        # [num_tokens] int64, each token's index in its sequence
-    slot_mapping: torch.Tensor     # [num_tokens] int64, slot = block_id * block_size + offset
-    block_tables: torch.Tensor     # [num_seqs, max_blocks] int32
-    seq_lens: torch.Tensor         # [num_seqs] int32, tokens in the cache after this step
-    query_start_loc: torch.Tensor  # [num_seqs + 1] int32
-    is_decode: bool
-    max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
-    # what a backend derives from the batch alone, built in the first layer and reused by the others
-    plans: dict = field(default_factory=dict, repr=False, compare=False)
-
+if TYPE_CHECKING:
+    from ..engine.batch import PagedBatch
 
 @dataclass(frozen=True)
 class KVShape:
@@ -88,55 +63,6 @@ class KVCache:
         return sum(k.nbytes + v.nbytes for k, v in self.layers)
 
 
-@dataclass(frozen=True)
-class Backend:
-    """Where a layer's attention runs: ``"triton"`` (the course's kernels ``write_kv``,
-    ``paged_attention``, ``paged_prefill``) or ``"torch"`` (``write_kv_ref`` and the batched
-    references of ``pagedlib.attention_ref``). ``validate`` checks tensor values (the first layer
-    does; the others see the same batch and skip it)."""
-
-    name: str
-    validate: bool = True
-
-    def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                 batch: PagedBatch) -> None:
-        if self.name == "triton":
-            from .attention import write_kv
-            return write_kv(k, v, key_cache, value_cache, batch.slot_mapping, validate=self.validate)
-        from .attention_ref import write_kv_ref
-        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
-
-    def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-               batch: PagedBatch) -> torch.Tensor:
-        if self.name == "triton":
-            from .attention import paged_attention
-            return paged_attention(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                                   validate=self.validate)
-        from .attention_ref import decode_pattern, paged_attention_batched_ref
-        if "decode_pattern" not in batch.plans:     # the same for every layer: build it once per batch
-            batch.plans["decode_pattern"] = decode_pattern(batch.block_tables, batch.seq_lens,
-                                                           key_cache.shape[1], q.shape[1], key_cache.shape[2])
-        return paged_attention_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                                           validate=self.validate, pattern=batch.plans["decode_pattern"])
-
-    def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                batch: PagedBatch) -> torch.Tensor:
-        args = (q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc)
-        if self.name == "triton":
-            from .attention import paged_prefill
-            return paged_prefill(*args, max_query_len=batch.max_query_len, validate=self.validate)
-        from .attention_ref import paged_prefill_batched_ref
-        return paged_prefill_batched_ref(*args, max_query_len=batch.max_query_len, validate=self.validate,
-                                         plans=batch.plans)     # decode rows: their pattern built once
-
-
-def make_backends(name: str) -> tuple[Backend, Backend]:
-    """(checked, trusted) :class:`Backend` of ``name`` (one of :data:`BACKENDS`)."""
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}; got {name!r}.")
-    return Backend(name, validate=True), Backend(name, validate=False)
-
-
 class PagedAttention(nn.Module):
     """Attention of a batch's new tokens over the paged cache: no weights, only the cache traffic.
 
@@ -146,7 +72,7 @@ class PagedAttention(nn.Module):
     """
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                cache: tuple[torch.Tensor, torch.Tensor], batch: PagedBatch, backend: Backend) -> torch.Tensor:
+                cache: tuple[torch.Tensor, torch.Tensor], batch: PagedBatch, backend: AttentionBackend) -> torch.Tensor:
         key_cache, value_cache = cache
         backend.write_kv(k, v, key_cache, value_cache, batch)     # the new tokens join the cache
         if batch.is_decode:   # one query per sequence: num_tokens == num_seqs

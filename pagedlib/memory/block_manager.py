@@ -57,7 +57,7 @@ from array import array
 from collections import OrderedDict, deque
 from typing import Hashable, Sequence
 
-from .validation import positive_int
+from ..validation import cdiv, positive_int
 
 __all__ = ["BlockManager", "OutOfBlocks"]
 
@@ -146,7 +146,7 @@ class BlockManager:
         if not tokens:
             raise ValueError(f"allocate({seq_id!r}): token_ids is empty; a prompt needs at least one token")
         hashes, hits = self._match_prefix(tokens)
-        n_blocks = -(-len(tokens) // self.block_size)
+        n_blocks = cdiv(len(tokens), self.block_size)
         needed = self._blocks_needed(n_blocks, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(
@@ -251,7 +251,7 @@ class BlockManager:
         if not tokens:
             return False
         _, hits = self._match_prefix(tokens)
-        return self._blocks_needed(-(-len(tokens) // self.block_size), hits) <= self.num_free_blocks
+        return self._blocks_needed(cdiv(len(tokens), self.block_size), hits) <= self.num_free_blocks
 
     def can_append(self, seq_id: Hashable) -> bool:
         """True if :meth:`append` on this sequence would succeed now."""

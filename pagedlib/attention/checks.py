@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import runtime
+from .. import runtime
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256

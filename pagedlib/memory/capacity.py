@@ -23,7 +23,7 @@ import operator
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from .validation import positive_int
+from ..validation import as_int, cdiv, positive_int
 
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
            "MODELS", "model_spec", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
@@ -39,13 +39,8 @@ def _int(value, minimum: int) -> int | None:
     """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None.
     (Counts that must be >= 1 and say so in the shared wording use ``validation.positive_int``; this
     one also serves the non-negative counts and the messages that name a unit.)"""
-    if isinstance(value, bool):
-        return None
-    try:
-        value = operator.index(value)
-    except TypeError:
-        return None
-    return value if value >= minimum else None
+    value = as_int(value)
+    return value if value is not None and value >= minimum else None
 
 
 def pages_for(n_tokens: int, page_size: int) -> int:
@@ -59,7 +54,7 @@ def pages_for(n_tokens: int, page_size: int) -> int:
         raise ValueError(f"page_size must be an integer of at least 1 token; got {page_size!r}")
     if n is None:
         raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
-    return -(-n // page)
+    return cdiv(n, page)
 
 
 def next_pow2(n: int) -> int:
@@ -368,6 +363,6 @@ def _gpu_bytes(gpu: int | str) -> int:
         if gpu not in GPUS:
             raise KeyError(f"unknown GPU {gpu!r}; pick one of {list(GPUS)} or pass a byte count")
         return GPUS[gpu].memory_bytes
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu <= 0:
+    if as_int(gpu) is None or gpu <= 0:
         raise ValueError(f"gpu_mem_bytes must be a positive byte count or a GPU name; got {gpu!r}")
     return gpu

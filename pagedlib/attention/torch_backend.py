@@ -1,125 +1,49 @@
-"""Attention through a page table in plain PyTorch (chapter 5): the reference for every kernel.
-
-A sequence's K/V rows are scattered over the cache's blocks; its block table says where. Token
-``t`` of sequence ``s`` lives in block ``block_tables[s, t // block_size]`` at offset
-``t % block_size``. Gather those rows back into a contiguous ``[seq_len, num_kv_heads, head_dim]``
-tensor and the rest is ordinary attention, computed here in fp32 one sequence at a time: slow,
-short and obviously right. The Triton kernels of ``pagedlib.attention`` are tested against it.
-
-The same attention for a whole batch at once, the PyTorch backend of ``pagedlib.model`` on a CPU:
+"""The attention backend for a CPU (chapter 10): a whole batch at once in PyTorch, no loop over
+decode rows.
 
 - :func:`paged_attention_batched_ref` (decode) treats the block tables as a sparse attention
   pattern over the cache's rows and runs the batch's attention as three sparse whole-batch steps
   (scores at the pattern's entries, a softmax per row, a weighted sum of value rows), reading the
-  cache in place, with no Python loop over sequences;
+  cache in place;
 - :func:`paged_prefill_batched_ref` sends the one-token chunks (decode rows of a mixed batch) there,
   and runs each longer chunk through one causal SDPA: a chunk is already a big matrix product, so
-  the loop over those costs little, while padding all chunks to the longest would multiply the work.
+  the loop over those costs little, while padding all chunks to the longest would multiply the work;
+- :func:`write_kv_ref` is ``write_kv`` as an index copy.
 
-:func:`write_kv_ref` is ``write_kv`` as an index copy, for the same backend.
+:class:`TorchBackend` puts the three behind the interface every backend has (``write_kv``,
+``decode``, ``prefill`` of a :class:`~pagedlib.engine.batch.PagedBatch`). Each is checked against the
+one-sequence-at-a-time lesson of :mod:`pagedlib.attention.reference`.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
 
-from . import runtime
-from .attention_checks import CacheDims, check_decode, check_prefill, check_scale
+from .checks import CacheDims, check_decode, check_prefill, check_scale
+from .reference import gather_kv
+
+if TYPE_CHECKING:
+    from ..engine.batch import PagedBatch
 
 
+@functools.cache
 def _spend_sparse_beta_warning() -> None:
     """torch warns once per process that sparse CSR tensors are "in beta" (the calls used here are
-    stable): spend that warning here, silently, instead of in a learner's first decode step."""
+    stable): spend that warning once, silently, before the first pattern is built."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         torch.sparse_csr_tensor(torch.zeros(2, dtype=torch.long), torch.zeros(1, dtype=torch.long),
                                 torch.zeros(1), size=(1, 1), check_invariants=False)
 
 
-_spend_sparse_beta_warning()
-
 # A softmax weight below exp(-80), about 1.8e-35, changes no fp32 sum; clamping the exponent there keeps
 # exp off the CPU's slow path for results near underflow (denormals: about 100x slower, measured).
 EXP_FLOOR = -80.0
-
-
-def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """The first ``seq_len`` rows of one sequence, gathered through its block table row.
-
-    ``cache`` is ``[num_blocks, block_size, num_kv_heads, head_dim]``; returns
-    ``[seq_len, num_kv_heads, head_dim]``.
-    """
-    block_size = cache.shape[1]
-    num_pages = -(-seq_len // block_size)                          # ceil(seq_len / block_size)
-    pages = cache[block_table[:num_pages].long()]                  # [num_pages, block_size, kv_heads, dim]
-    return pages.flatten(0, 1)[:seq_len]                           # [seq_len, kv_heads, dim]
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_from: int | None) -> torch.Tensor:
-    """fp32 softmax attention of q [n_q, heads, dim] over k, v [n_k, kv_heads, dim].
-
-    With ``causal_from = c``, query row i sits at position c + i and sees keys 0 .. c + i.
-    """
-    group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, dim=1)                  # [n_k, heads, dim]
-    v = v.float().repeat_interleave(group, dim=1)                  # [n_k, heads, dim]
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale    # [heads, n_q, n_k]
-    if causal_from is not None:
-        q_pos = causal_from + torch.arange(q.shape[0], device=q.device)
-        k_pos = torch.arange(k.shape[0], device=q.device)
-        scores = scores.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
-    probs = scores.softmax(dim=-1)                                 # [heads, n_q, n_k]
-    return torch.einsum("hqk,khd->qhd", probs, v)                  # [n_q, heads, dim]
-
-
-def paged_attention_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                        block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                        scale: float | None = None) -> torch.Tensor:
-    """Decode attention through a page table, in plain PyTorch.
-
-    ``query [num_seqs, num_heads, head_dim]`` holds one new token per sequence; it attends to the
-    first ``seq_lens[s]`` cached tokens of sequence ``s`` (its own K/V already written), found through
-    ``block_tables [num_seqs, max_blocks]`` in the caches ``[num_blocks, block_size, num_kv_heads,
-    head_dim]``. ``scale`` defaults to ``head_dim ** -0.5``. Returns ``[num_seqs, num_heads,
-    head_dim]`` in the query's dtype; softmax in fp32.
-    """
-    dims, _ = check_decode(query, key_cache, value_cache, block_tables, seq_lens)
-    scale = check_scale(scale, dims.head_dim)
-    out = torch.empty_like(query)                                  # [num_seqs, num_heads, head_dim]
-    for s, seq_len in enumerate(seq_lens.tolist()):
-        k = gather_kv(key_cache, block_tables[s], seq_len)         # [seq_len, kv_heads, dim]
-        v = gather_kv(value_cache, block_tables[s], seq_len)
-        out[s] = _attend(query[s:s + 1], k, v, scale, causal_from=None)[0].to(query.dtype)
-    return out
-
-
-def paged_prefill_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-                      scale: float | None = None) -> torch.Tensor:
-    """Causal attention for a chunk of new tokens per sequence, through a page table, in plain PyTorch.
-
-    Sequence ``s`` owns query rows ``query_start_loc[s] : query_start_loc[s + 1]`` of ``query
-    [num_tokens, num_heads, head_dim]``: its last ``n`` tokens, whose K/V are already in the cache.
-    Its first ``seq_lens[s] - n`` tokens are the cached prefix. Each new token attends to every
-    token of its sequence up to and including itself. Returns ``[num_tokens, num_heads, head_dim]``
-    in the query's dtype; softmax in fp32.
-    """
-    dims, _ = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc)
-    scale = check_scale(scale, dims.head_dim)
-    out = torch.empty_like(query)                                  # [num_tokens, num_heads, head_dim]
-    starts = query_start_loc.tolist()
-    for s, seq_len in enumerate(seq_lens.tolist()):
-        first, last = starts[s], starts[s + 1]
-        if first == last:
-            continue                                               # no new tokens for this sequence
-        k = gather_kv(key_cache, block_tables[s], seq_len)         # [seq_len, kv_heads, dim]
-        v = gather_kv(value_cache, block_tables[s], seq_len)
-        cached = seq_len - (last - first)                          # tokens before the chunk
-        out[first:last] = _attend(query[first:last], k, v, scale, causal_from=cached).to(query.dtype)
-    return out
 
 
 def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -240,6 +164,7 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
         k_rows, v_rows = k_rows[columns].float(), v_rows[columns].float()  # [entries, head_dim]
         columns = torch.arange(len(columns), dtype=columns.dtype, device=columns.device)
     q = query.float().reshape(-1, dims.head_dim)                          # [num_seqs * num_heads, dim]
+    _spend_sparse_beta_warning()
     pattern = torch.sparse_csr_tensor(crow, columns, q.new_zeros(columns.shape),
                                       size=(q.shape[0], k_rows.shape[0]), check_invariants=False)
     scores = torch.sparse.sampled_addmm(pattern, q, k_rows.T, beta=0.0, alpha=scale).values()   # [entries]
@@ -298,57 +223,27 @@ def paged_prefill_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, valu
     return out
 
 
-@dataclass
-class PagedInputs:
-    """A random paged KV cache and a decode query: the arguments of ``paged_attention``."""
+@dataclass(frozen=True)
+class TorchBackend:
+    """Attention in PyTorch for a whole batch: the default on a CPU. ``validate`` checks tensor values
+    (the first layer does; the others see the same batch and skip it)."""
 
-    query: torch.Tensor          # [num_seqs, num_heads, head_dim]
-    key_cache: torch.Tensor      # [num_blocks, block_size, num_kv_heads, head_dim]
-    value_cache: torch.Tensor    # [num_blocks, block_size, num_kv_heads, head_dim]
-    block_tables: torch.Tensor   # [num_seqs, max_blocks] int32
-    seq_lens: torch.Tensor       # [num_seqs] int32
+    validate: bool = True
 
-    def args(self) -> tuple[torch.Tensor, ...]:
-        return self.query, self.key_cache, self.value_cache, self.block_tables, self.seq_lens
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 batch: PagedBatch) -> None:
+        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
 
+    def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               batch: PagedBatch) -> torch.Tensor:
+        if "decode_pattern" not in batch.plans:     # the same for every layer: build it once per batch
+            batch.plans["decode_pattern"] = decode_pattern(batch.block_tables, batch.seq_lens,
+                                                           key_cache.shape[1], q.shape[1], key_cache.shape[2])
+        return paged_attention_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                           validate=self.validate, pattern=batch.plans["decode_pattern"])
 
-def random_paged_inputs(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int,
-                        block_size: int, *, dtype: torch.dtype = torch.float32, device=None,
-                        num_blocks: int | None = None, shared_blocks: bool = False,
-                        max_blocks: int | None = None, seed: int = 0) -> PagedInputs:
-    """Random decode inputs with each sequence's pages scattered over the cache.
-
-    Block ids are drawn at random from ``num_blocks`` (default: twice the pages needed); with
-    ``shared_blocks=True`` they are drawn with replacement, so sequences may share blocks (as
-    prefix sharing does) and one table may name a block twice. Every cache slot that no sequence
-    owns holds NaN, so a kernel that reads past a sequence's end gives NaN, not a plausible number.
-    ``max_blocks`` pads the block table with extra columns (filled with -1, never read). The tensors
-    go to ``device`` (default: the runtime's, where the kernels run).
-    """
-    gen = torch.Generator().manual_seed(seed)
-    pages = [-(-n // block_size) for n in seq_lens]                       # pages per sequence
-    num_blocks = num_blocks or max(1, 2 * sum(pages))
-    max_blocks = max_blocks or max(pages, default=1)
-    block_tables = torch.full((len(seq_lens), max_blocks), -1, dtype=torch.int32)
-    if shared_blocks:
-        ids = torch.randint(num_blocks, (sum(pages),), generator=gen)
-    else:
-        ids = torch.randperm(num_blocks, generator=gen)[:sum(pages)]
-    owned = torch.zeros(num_blocks, block_size, dtype=torch.bool)        # slots some sequence owns
-    first = 0
-    for s, (n, p) in enumerate(zip(seq_lens, pages)):
-        block_tables[s, :p] = ids[first:first + p].to(torch.int32)
-        first += p
-        for j in range(p):
-            owned[block_tables[s, j], :min(block_size, n - j * block_size)] = True
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    key_cache = torch.full(shape, float("nan"))
-    value_cache = torch.full(shape, float("nan"))
-    count = int(owned.sum())
-    key_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
-    value_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
-    query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen)
-    to = dict(device=device or runtime.DEVICE)
-    return PagedInputs(query.to(dtype=dtype, **to), key_cache.to(dtype=dtype, **to),
-                       value_cache.to(dtype=dtype, **to), block_tables.to(**to),
-                       torch.tensor(seq_lens, dtype=torch.int32, device=to["device"]))
+    def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                batch: PagedBatch) -> torch.Tensor:
+        return paged_prefill_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                         batch.query_start_loc, max_query_len=batch.max_query_len,
+                                         validate=self.validate, plans=batch.plans)

@@ -4,7 +4,7 @@ A Triton kernel's speed and whether it runs at all depend on numbers chosen at l
 kernel: how many K/V tokens a program loads per step (``TILE``), how many new tokens a prefill
 program owns (``BLOCK_M``), how many warps share the work (``num_warps``) and how many tiles the
 compiler loads ahead (``num_stages``). ``launch_config`` chooses all of them from the head dim, the
-dtype, the GQA group and the GPU's compute capability; every launcher in ``pagedlib.attention``
+dtype, the GQA group and the GPU's compute capability; every launcher in ``pagedlib.attention.triton_backend``
 uses it, and ``python -m pagedlib.bench kernels --resources`` compiles every kernel with exactly
 these choices to show the registers, spills and shared memory they cost on a T4, an A100 and an H100.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..validation import positive_int
+from ...validation import positive_int
 
 MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: the GQA group is padded to 16 query rows
 KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
@@ -141,7 +141,7 @@ def device_capability(device: torch.device) -> tuple[int, int] | None:
 
 
 # The keyword arguments of each kernel launch: one definition, used by the launchers in
-# pagedlib.attention and by the ahead-of-time compile of pagedlib.bench.kernels.
+# pagedlib.attention.triton_backend and by the ahead-of-time compile of pagedlib.bench.kernels.
 def _loop_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """What every kernel that walks a sequence with ``attend_tiles`` takes."""
     return dict(BLOCK_SIZE=block_size, TILE=cfg.tile, HEAD_DIM=cfg.head_dim, HEAD_DIM_PAD=cfg.head_dim_pad,
@@ -169,3 +169,32 @@ def write_meta(head_dim: int, num_kv_heads: int, block_size: int) -> dict:
     return dict(NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
                 BLOCK_SIZE=block_size, HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_head_dim(head_dim),
                 num_warps=COPY_WARPS, num_stages=1)
+
+
+# -- split-K: how many ranges a decode splits each sequence into ------------------------------------
+
+MIN_TOKENS_PER_SPLIT = 256   # split-K: fewer tokens than this per split costs more in merging than it gains
+MAX_SPLITS = 32
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device; 1 on the CPU (the interpreter runs one program at a time)."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
+    """How many ranges to split each sequence into for split-K decode.
+
+    The single pass launches ``num_seqs * num_kv_heads`` programs. If that already fills the GPU's
+    ``sms`` multiprocessors, splitting only adds a merge: 1. Otherwise split enough to make about two
+    programs per multiprocessor, but keep at least ``MIN_TOKENS_PER_SPLIT`` tokens of the longest
+    possible sequence (``max_seq_len``) in each split, and at most ``MAX_SPLITS`` splits.
+    """
+    programs = max(1, num_seqs * num_kv_heads)
+    if programs >= sms:
+        return 1
+    wanted = triton.cdiv(2 * sms, programs)
+    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
+    return max(1, min(wanted, useful, MAX_SPLITS))

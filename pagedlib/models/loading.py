@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .llama import Llama
-from .model import GPT2
+from .gpt2 import GPT2
 
 # transformers' model_type -> (the class transformers uses, the paged model that copies it)
 ARCHITECTURES = {

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import runtime
-from .layers import KVCache, KVShape, PagedAttention, PagedBatch, PagedLM
+from .. import runtime
+from .layers import KVCache, KVShape, PagedAttention, PagedLM
+
+if TYPE_CHECKING:
+    from ..engine.batch import PagedBatch
 
 ROPE_TYPES = ("default", "llama3")
 HEAD_DIMS = (16, 128)          # the head sizes tested end to end (the kernels allow up to 256)

@@ -14,9 +14,9 @@ from typing import Sequence as Seq
 
 import torch
 
-from .capacity import pages_for
-from .engine import LLM, SamplingParams
-from .layers import PagedModel
+from ..memory.capacity import pages_for
+from .llm import LLM, SamplingParams
+from ..models.layers import PagedModel
 from .metrics import ReservedStepRecord
 from .scheduler import Scheduler, Sequence
 

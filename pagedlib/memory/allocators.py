@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
-from .validation import positive_int
+from ..validation import positive_int
 
 __all__ = ["Segment", "Step", "ContiguousAllocator", "ReserveMaxAllocator", "FirstFitAllocator",
            "fragmenting_events"]

@@ -11,6 +11,6 @@
 - ``launch``: not a kernel: ``launch_config`` chooses the tile sizes, warps and pipeline stages for
   a head dim, dtype, GQA group and GPU, and the ``*_meta`` functions spell out each launch's arguments.
 
-The kernels take raw tensors and trust their inputs; ``pagedlib.attention`` checks the inputs and
+The kernels take raw tensors and trust their inputs; ``pagedlib.attention.triton_backend`` checks the inputs and
 launches them with ``launch``'s choices.
 """

@@ -32,8 +32,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .block_manager import BlockManager, OutOfBlocks
-from .validation import positive_int
+from ..memory.block_manager import BlockManager, OutOfBlocks
+from ..validation import positive_int
 
 
 class Status(enum.Enum):
@@ -154,7 +154,7 @@ class Scheduler:
         """``n`` more tokens of ``seq`` are in this step: after it their K/V is in the cache. The
         blocks they complete enter the prefix cache now, so a request admitted later in this very
         step can hit them: safe because the step is one forward pass in which each layer writes
-        every scheduled K/V before it reads (see :mod:`pagedlib.block_manager`)."""
+        every scheduled K/V before it reads (see :mod:`pagedlib.memory.block_manager`)."""
         seq.num_computed_tokens += n
         self.block_manager.commit(seq.seq_id, seq.num_computed_tokens)
 

@@ -1,0 +1,92 @@
+"""Attention through a page table in plain PyTorch (chapter 5): the reference for every kernel.
+
+A sequence's K/V rows are scattered over the cache's blocks; its block table says where. Token
+``t`` of sequence ``s`` lives in block ``block_tables[s, t // block_size]`` at offset
+``t % block_size``. Gather those rows back into a contiguous ``[seq_len, num_kv_heads, head_dim]``
+tensor and the rest is ordinary attention, computed here in fp32 one sequence at a time: slow,
+short and obviously right. The Triton kernels (``pagedlib.attention.triton_backend``) and the batched
+PyTorch backend (``pagedlib.attention.torch_backend``) are tested against it.
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from ..validation import cdiv
+from .checks import check_decode, check_prefill, check_scale
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """The first ``seq_len`` rows of one sequence, gathered through its block table row.
+
+    ``cache`` is ``[num_blocks, block_size, num_kv_heads, head_dim]``; returns
+    ``[seq_len, num_kv_heads, head_dim]``.
+    """
+    block_size = cache.shape[1]
+    num_pages = cdiv(seq_len, block_size)                          # ceil(seq_len / block_size)
+    pages = cache[block_table[:num_pages].long()]                  # [num_pages, block_size, kv_heads, dim]
+    return pages.flatten(0, 1)[:seq_len]                           # [seq_len, kv_heads, dim]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_from: int | None) -> torch.Tensor:
+    """fp32 softmax attention of q [n_q, heads, dim] over k, v [n_k, kv_heads, dim].
+
+    With ``causal_from = c``, query row i sits at position c + i and sees keys 0 .. c + i.
+    """
+    group = q.shape[1] // k.shape[1]
+    k = k.float().repeat_interleave(group, dim=1)                  # [n_k, heads, dim]
+    v = v.float().repeat_interleave(group, dim=1)                  # [n_k, heads, dim]
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale    # [heads, n_q, n_k]
+    if causal_from is not None:
+        q_pos = causal_from + torch.arange(q.shape[0], device=q.device)
+        k_pos = torch.arange(k.shape[0], device=q.device)
+        scores = scores.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    probs = scores.softmax(dim=-1)                                 # [heads, n_q, n_k]
+    return torch.einsum("hqk,khd->qhd", probs, v)                  # [n_q, heads, dim]
+
+
+def paged_attention_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                        block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                        scale: float | None = None) -> torch.Tensor:
+    """Decode attention through a page table, in plain PyTorch.
+
+    ``query [num_seqs, num_heads, head_dim]`` holds one new token per sequence; it attends to the
+    first ``seq_lens[s]`` cached tokens of sequence ``s`` (its own K/V already written), found through
+    ``block_tables [num_seqs, max_blocks]`` in the caches ``[num_blocks, block_size, num_kv_heads,
+    head_dim]``. ``scale`` defaults to ``head_dim ** -0.5``. Returns ``[num_seqs, num_heads,
+    head_dim]`` in the query's dtype; softmax in fp32.
+    """
+    dims, _ = check_decode(query, key_cache, value_cache, block_tables, seq_lens)
+    scale = check_scale(scale, dims.head_dim)
+    out = torch.empty_like(query)                                  # [num_seqs, num_heads, head_dim]
+    for s, seq_len in enumerate(seq_lens.tolist()):
+        k = gather_kv(key_cache, block_tables[s], seq_len)         # [seq_len, kv_heads, dim]
+        v = gather_kv(value_cache, block_tables[s], seq_len)
+        out[s] = _attend(query[s:s + 1], k, v, scale, causal_from=None)[0].to(query.dtype)
+    return out
+
+
+def paged_prefill_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                      scale: float | None = None) -> torch.Tensor:
+    """Causal attention for a chunk of new tokens per sequence, through a page table, in plain PyTorch.
+
+    Sequence ``s`` owns query rows ``query_start_loc[s] : query_start_loc[s + 1]`` of ``query
+    [num_tokens, num_heads, head_dim]``: its last ``n`` tokens, whose K/V are already in the cache.
+    Its first ``seq_lens[s] - n`` tokens are the cached prefix. Each new token attends to every
+    token of its sequence up to and including itself. Returns ``[num_tokens, num_heads, head_dim]``
+    in the query's dtype; softmax in fp32.
+    """
+    dims, _ = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc)
+    scale = check_scale(scale, dims.head_dim)
+    out = torch.empty_like(query)                                  # [num_tokens, num_heads, head_dim]
+    starts = query_start_loc.tolist()
+    for s, seq_len in enumerate(seq_lens.tolist()):
+        first, last = starts[s], starts[s + 1]
+        if first == last:
+            continue                                               # no new tokens for this sequence
+        k = gather_kv(key_cache, block_tables[s], seq_len)         # [seq_len, kv_heads, dim]
+        v = gather_kv(value_cache, block_tables[s], seq_len)
+        cached = seq_len - (last - first)                          # tokens before the chunk
+        out[first:last] = _attend(query[first:last], k, v, scale, causal_from=cached).to(query.dtype)
+    return out
