@@ -274,8 +274,8 @@ def _old_triton(monkeypatch):
 
 
 def test_a_launch_that_fails_as_a_known_rule_says_is_reraised_with_the_fix(monkeypatch):
-    import pagedlib.attention as attention
-    from pagedlib.attention_ref import random_paged_inputs
+    import pagedlib.attention.triton_backend as attention
+    from pagedlib.attention.inputs import random_paged_inputs
     _old_triton(monkeypatch)
     monkeypatch.setattr(attention, "decode_kernel", _FailingKernel())
     x = random_paged_inputs([5, 9], num_heads=2, num_kv_heads=2, head_dim=16, block_size=4)
@@ -286,8 +286,8 @@ def test_a_launch_that_fails_as_a_known_rule_says_is_reraised_with_the_fix(monke
 
 
 def test_the_same_error_under_good_versions_passes_unchanged(monkeypatch):
-    import pagedlib.attention as attention
-    from pagedlib.attention_ref import random_paged_inputs
+    import pagedlib.attention.triton_backend as attention
+    from pagedlib.attention.inputs import random_paged_inputs
     from triton.runtime.errors import InterpreterError
     monkeypatch.setattr(attention, "decode_kernel", _FailingKernel())
     x = random_paged_inputs([5], num_heads=2, num_kv_heads=2, head_dim=16, block_size=4)
