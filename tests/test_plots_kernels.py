@@ -97,3 +97,21 @@ def test_primer_figure_is_sharp_and_described():
     assert width >= 1600                                 # about 2x the book's column
     alt = re.search(r":alt: (.+)", text).group(1)
     assert len(alt) > 60 and not alt.endswith(".png")
+
+
+def test_tile_offsets_are_the_flat_indices_of_the_cache():
+    import torch
+    cache = torch.arange(6 * 4 * 2 * 8).reshape(6, 4, 2, 8)         # each element holds its offset
+    tile = kernels.tile_offsets(cache.stride(), block=3, kv_head=1, block_size=4, head_dim=8)
+    assert torch.equal(torch.tensor(tile), cache[3, :, 1, :])
+    assert tile[3][5] == 3 * 64 + 3 * 16 + 1 * 8 + 5 == 253
+
+
+def test_cache_tile_addresses_draws_the_tile_and_one_address_by_hand():
+    fig = kernels.cache_tile_addresses((6, 4, 2, 8), block=3, kv_head=1)
+    top, bottom = fig.axes
+    texts = " ".join(t.get_text() for t in bottom.texts)
+    assert "3 x 64 + 3 x 16 + 1 x 8 + 5 = 253" in texts and "rows[:, None]" in texts
+    assert "(64, 16, 8, 1)" in top.get_title()
+    blue = [p for p in top.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(kernels.COLORS["kv"])]
+    assert len(blue) == 4 * 8                                          # K/V head 1 of every token

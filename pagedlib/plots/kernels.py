@@ -1,6 +1,8 @@
 """Figures of the kernel chapters (the GPU primer, 8 and 9): where a kernel's bytes live, and how fast.
 
 - :func:`gpu_memory_hierarchy`: the GPU primer's picture, HBM, L2, shared memory and registers.
+- :func:`cache_tile_addresses`: chapter 8's 4-D cache flattened into memory by its strides, and how
+  ``rows[:, None] + dims[None, :]`` picks one page's tile of one K/V head out of it.
 - :func:`decode_kernel_map`: chapter 8's decode grid, its tiles on their way up the memory
   hierarchy, and the arithmetic intensity of decode against prefill and the GPU's ridge point.
 - :func:`split_k_ranges`: chapter 9's split-K ranges of each sequence and the log-sum-exp merge.
@@ -22,7 +24,7 @@ from ..attention.kernels.launch import SM_LIMITS
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from .style import COLORS
 
-__all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
+__all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
            "decode_kernel_map", "split_k_ranges", "kernel_bandwidth", "read_bench_csv"]
 
 
@@ -112,6 +114,71 @@ def gpu_memory_hierarchy(gpu: str = "H100 SXM"):
     _arrow(ax, (1.3, 3.4), (1.3, 3.85))
     _arrow(ax, (8.35, 3.4), (8.35, 3.85))
     ax.set_title(f"Inside a GPU ({gpu}): the higher, the smaller and faster", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+def tile_offsets(strides: tuple[int, ...], block: int, kv_head: int, block_size: int,
+                 head_dim: int) -> list[list[int]]:
+    """The element offsets a page's tile reads, as the kernel builds them:
+    ``rows = block * stride_block + offsets * stride_token + kv_head * stride_head`` (one per token
+    row), then ``rows[:, None] + dims[None, :]``: a ``[block_size, head_dim]`` grid of offsets."""
+    stride_block, stride_token, stride_head, stride_dim = strides
+    rows = [block * stride_block + t * stride_token + kv_head * stride_head for t in range(block_size)]
+    return [[r + d * stride_dim for d in range(head_dim)] for r in rows]
+
+
+def cache_tile_addresses(shape: tuple[int, int, int, int] = (6, 4, 2, 8), block: int = 3,
+                         kv_head: int = 1):
+    """Chapter 8: a contiguous ``key_cache [num_blocks, block_size, num_kv_heads, head_dim]`` is one
+    line of memory; its strides say how far apart neighbours are. Top: block ``block`` in memory,
+    token by token and head by head, the elements of K/V head ``kv_head`` highlighted. Bottom: the
+    tile ``rows[:, None] + dims[None, :]``, a column of row starts plus a row of dims, every cell
+    labelled with the offset it reads."""
+    num_blocks, block_size, num_kv_heads, head_dim = shape
+    strides = (block_size * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1)
+    tile = tile_offsets(strides, block, kv_head, block_size, head_dim)
+    picked = {o for row in tile for o in row}
+    base = block * strides[0]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.4), height_ratios=[1, 2.2])
+    # top: the block's elements in memory order
+    n = strides[0]
+    for i in range(n):
+        t, h, d = i // strides[1], i % strides[1] // strides[2], i % strides[2]
+        colour = COLORS["kv"] if base + i in picked else COLORS["free"]
+        top.add_patch(Rectangle((i, 0), 1, 1, facecolor=colour, edgecolor="white", lw=0.6))
+        if d == 0:
+            top.plot([i, i], [-0.15, 1.15], color="black", lw=1.4 if h == 0 else 0.7)
+            top.text(i + head_dim / 2, 1.25, f"token {t}, head {h}", ha="center", va="bottom",
+                     fontsize=9)
+            top.text(i, -0.25, f"{base + i}", ha="center", va="top", fontsize=9)
+    top.set_xlim(-1, n + 1)
+    top.set_ylim(-1.2, 2.2)
+    top.axis("off")
+    top.set_title(f"block {block} of key_cache {list(shape)} in memory: strides {strides}; "
+                  f"K/V head {kv_head}'s elements in blue", fontsize=11)
+    # bottom: the tile as a broadcast sum
+    bottom.set_xlim(-3.6, head_dim + 0.2)
+    bottom.set_ylim(block_size + 2.2, -1.6)
+    bottom.axis("off")
+    for d in range(head_dim):
+        _box(bottom, d, -1.4, 1, 0.9, COLORS["accent"], str(d), size=10, text_colour="black")
+    bottom.text(-2.1, -0.95, "dims[None, :]", ha="center", va="center", fontsize=10)
+    for t in range(block_size):
+        _box(bottom, -3.4, t, 2.6, 1, COLORS["tail"], str(tile[t][0]), size=10, text_colour="black")
+        for d in range(head_dim):
+            _box(bottom, d, t, 1, 1, COLORS["kv"], str(tile[t][d]), size=9)
+    bottom.text(-2.1, -0.2, "rows[:, None]", ha="center", va="center", fontsize=10)
+    bottom.text(-0.4, block_size / 2, "+", ha="center", va="center", fontsize=16)
+    r, c = block_size - 1, min(5, head_dim - 1)
+    bottom.text(head_dim / 2 - 1.7, block_size + 0.5,
+                "rows = block * stride_block + offsets * stride_token + kv_head * stride_head",
+                ha="center", va="center", fontsize=10)
+    bottom.text(head_dim / 2 - 1.7, block_size + 1.4,
+                f"row {r}, dim {c}: {block} x {strides[0]} + {r} x {strides[1]} + {kv_head} x "
+                f"{strides[2]} + {c} = {tile[r][c]}", ha="center", va="center", fontsize=11)
+    bottom.set_title(f"the tile rows[:, None] + dims[None, :] of block {block}, K/V head {kv_head}: "
+                     "one offset per (row, dim)", fontsize=11, pad=4)
     fig.tight_layout()
     return fig
 
