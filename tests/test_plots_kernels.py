@@ -115,3 +115,16 @@ def test_cache_tile_addresses_draws_the_tile_and_one_address_by_hand():
     assert "(64, 16, 8, 1)" in top.get_title()
     blue = [p for p in top.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(kernels.COLORS["kv"])]
     assert len(blue) == 4 * 8                                          # K/V head 1 of every token
+
+
+def test_the_page_size_changes_the_blocks_a_tile_spans_not_the_tile():
+    from pagedlib.attention.kernels.launch import kv_tile
+    one, sixteen, big = (kernels.tile_footprint(b) for b in (1, 16, 256))
+    assert one["tile_tokens"] == sixteen["tile_tokens"] == big["tile_tokens"] == kv_tile(128) == 64
+    assert (one["blocks_per_tile"], sixteen["blocks_per_tile"], big["blocks_per_tile"]) == (64, 4, 1)
+    assert one["row_bytes"] == big["row_bytes"] == 256 and sixteen["table_entries"] == 128
+    fig = kernels.page_size_kernel_side()
+    left, right = fig.axes
+    assert [line.get_ydata()[0] for line in left.get_lines()] == [64, 2048]
+    assert all(len(set(line.get_ydata())) == 1 for line in right.get_lines())   # flat: no change
+    assert left.get_legend() and right.get_legend() and left.get_xlabel()

@@ -5,6 +5,8 @@
   ``rows[:, None] + dims[None, :]`` picks one page's tile of one K/V head out of it.
 - :func:`decode_kernel_map`: chapter 8's decode grid, its tiles on their way up the memory
   hierarchy, and the arithmetic intensity of decode against prefill and the GPU's ridge point.
+- :func:`page_size_kernel_side`: chapter 9's kernel side of the page size: what a tile of K/V
+  touches at each page size (from the launch configuration), and what stays the same.
 - :func:`split_k_ranges`: chapter 9's split-K ranges of each sequence and the log-sum-exp merge.
 - :func:`kernel_bandwidth`: the benchmark's achieved bandwidth against context length.
 
@@ -17,14 +19,15 @@ import csv
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
-from ..attention.kernels.launch import SM_LIMITS
+from ..attention.kernels.launch import SM_LIMITS, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from .style import COLORS
 
-__all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
+__all__ = ["GPU_SPECS", "cache_tile_addresses", "page_size_kernel_side", "tile_footprint", "tile_offsets", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
            "decode_kernel_map", "split_k_ranges", "kernel_bandwidth", "read_bench_csv"]
 
 
@@ -179,6 +182,53 @@ def cache_tile_addresses(shape: tuple[int, int, int, int] = (6, 4, 2, 8), block:
                 f"{strides[2]} + {c} = {tile[r][c]}", ha="center", va="center", fontsize=11)
     bottom.set_title(f"the tile rows[:, None] + dims[None, :] of block {block}, K/V head {kv_head}: "
                      "one offset per (row, dim)", fontsize=11, pad=4)
+    fig.tight_layout()
+    return fig
+
+
+def tile_footprint(page_size: int, head_dim: int = 128, seq_len: int = 2048, elem_bytes: int = 2) -> dict:
+    """What one K tile of the course's kernels touches with pages of ``page_size`` tokens: the tile
+    (``kv_tile``: tokens per step, the same at every page size), the distinct blocks it spans (at
+    most one per token), the bytes of each contiguous load (one token's row of one K/V head), and a
+    ``seq_len``-token request's block-table entries."""
+    tile = kv_tile(head_dim)
+    return dict(tile_tokens=tile, blocks_per_tile=-(-tile // page_size) if page_size < tile else 1,
+                row_bytes=head_dim * elem_bytes, tile_bytes=tile * head_dim * elem_bytes,
+                table_entries=-(-seq_len // page_size))
+
+
+def page_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
+                          page_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)):
+    """Chapter 9: the kernel side of the page size. Left, what changes: the distinct blocks one K
+    tile spans and a request's block-table entries. Right, what does not: the tile's tokens and bytes
+    (so its registers and shared memory), and the bytes of each contiguous row load."""
+    rows = [tile_footprint(b, head_dim, seq_len) for b in page_sizes]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
+    left.plot(page_sizes, [r["blocks_per_tile"] for r in rows], "o-", color=COLORS["kv"],
+              label=f"blocks one {rows[0]['tile_tokens']}-token K tile spans")
+    left.plot(page_sizes, [r["table_entries"] for r in rows], "s--", color=COLORS["tail"],
+              label=f"block-table entries of a {seq_len:,}-token request")
+    left.set_yscale("log", base=2)
+    left.set_ylabel("count (log scale)")
+    left.set_title("what the page size changes: lookups and scattering", fontsize=11)
+    right.plot(page_sizes, [r["tile_bytes"] / 1024 for r in rows], "o-", color=COLORS["shared"],
+               label=f"K tile: {rows[0]['tile_tokens']} tokens, {rows[0]['tile_bytes'] // 1024} KB")
+    right.plot(page_sizes, [r["row_bytes"] / 1024 for r in rows], "s--", color=COLORS["other"],
+               label=f"one contiguous load: a row of one K/V head, {rows[0]['row_bytes']} B")
+    right.set_yscale("log", base=2)
+    right.set_ylim(0.1, 64)
+    right.set_ylabel("KB (log scale)")
+    right.set_title("what it does not: the tile and each load", fontsize=11)
+    for ax in (left, right):
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(page_sizes, [str(b) for b in page_sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("page size (tokens per block)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=9, loc="upper right")
+    fig.suptitle(f"The kernel side of the page size (head_dim {head_dim}, fp16, the launch "
+                 "configuration's K tile)", fontsize=12)
     fig.tight_layout()
     return fig
 
