@@ -3,7 +3,7 @@
 Convention (see ``ch00``): each reference solution is a plain function (or a value), then the same
 name is rebound to the Exercise built from it, so a notebook calls ``ex.pages_for.check(...)``.
 """
-from . import Exercise
+from . import Above, Exercise
 
 
 def pages_for(n_tokens: int, page_size: int) -> int:
@@ -129,12 +129,6 @@ _capacity_at = capacity_at      # the function: the name capacity_at becomes its
 predict_capacity = _capacity_at(_LENGTHS, 256, _POOL)
 
 
-def _diagnose_predict(answer, expected):
-    # no digits of the answer in these messages: the contract tests check that none reveals it
-    if isinstance(answer, int) and answer > _capacity_at(_LENGTHS, 16, _POOL):
-        return "bigger pages never fit MORE requests: each request's last page only gets emptier."
-    return None
-
 
 # (answer, message) for the near misses; no digits of the answer in these messages
 _PREDICT_MISTAKES = [
@@ -145,6 +139,8 @@ _PREDICT_MISTAKES = [
     (_POOL // 256, "that counts pages in the pool, not requests: a request can hold several pages."),
     (_POOL * len(_LENGTHS) // sum(_LENGTHS),
      "that packs the real lengths with no rounding at all: each request holds whole 256-token pages."),
+    (Above(_capacity_at(_LENGTHS, 16, _POOL)), "bigger pages never fit MORE requests: each request's last "
+                                               "page only gets emptier."),
 ]
 
 
@@ -153,7 +149,6 @@ predict_capacity = Exercise(
     "Predict before the sweep: with 256-token pages instead of 16, how many requests of the five-request "
     "mix fit the 40,960-slot pool?",
     predict_capacity,
-    diagnose=_diagnose_predict,
     mistakes=_PREDICT_MISTAKES,
     hints=["Round each of the five lengths up to whole 256-token pages.",
            "512 -> 512, 37 -> 256, 1,900 -> 2,048, 128 -> 256, 4 -> 256 slots: add them up.",

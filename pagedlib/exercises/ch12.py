@@ -6,7 +6,7 @@ calls ``ex.reserve_max_capacity.check(my_function)``.
 """
 from __future__ import annotations
 
-from . import Exercise
+from . import OTHERWISE, Above, Below, Exercise
 
 POW2_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -162,22 +162,19 @@ def _share_past_one_page(block_size: int = PREDICT_PAGE) -> float:
     return float((_alpaca_lengths() > block_size).mean())
 
 
-def _diagnose_waste(answer, expected) -> str | None:
-    if answer > 1:
-        return "Give a fraction between 0 and 1 (0.25 means a quarter), not a percentage."
-    if answer < expected:
-        return ("Too low: count what each request holds, page by page. A request shorter than a page "
-                "leaves the rest of it empty, and one a little longer than a page holds a second page "
-                "that is mostly empty.")
-    return "Too high: the longer requests fill most of their pages; only each last page is partly empty."
-
-
-_ALPACA_MISTAKES = [
+_WASTE_MISTAKES = [
     (round(_one_page_waste(), 3),
      f"That is 1 - (mean length) / {PREDICT_PAGE}: it treats every request as holding exactly one page. "
      f"About {_share_past_one_page():.0%} of Alpaca's requests are longer than {PREDICT_PAGE} tokens; each "
      "of them holds a second page, mostly empty, so the waste is higher than that."),
+    (Above(1), "Give a fraction between 0 and 1 (0.25 means a quarter), not a percentage."),
+    (Below(round(_alpaca_waste(), 3)), "Too low: count what each request holds, page by page. A request "
+                                       "shorter than a page leaves the rest of it empty, and one a little "
+                                       "longer than a page holds a second page that is mostly empty."),
+    (OTHERWISE, "Too high: the longer requests fill most of their pages; only each last page is partly "
+                "empty."),
 ]
+
 
 
 alpaca_waste = Exercise(
@@ -186,9 +183,8 @@ alpaca_waste = Exercise(
     "pages, what share of the slots they hold at their final length is empty? A fraction; within 0.05 "
     "counts.",
     round(_alpaca_waste(), 3),
-    compare=lambda answer, expected: abs(answer - expected) <= 0.05,
-    diagnose=_diagnose_waste,
-    mistakes=_ALPACA_MISTAKES,
+    tolerance=0.05,
+    mistakes=_WASTE_MISTAKES,
     hints=["A request holds whole pages: everything from its last token to the end of its last page "
            "is empty.",
            "A request of n tokens holds ceil(n / 128) pages. Most Alpaca requests need one page, but "
