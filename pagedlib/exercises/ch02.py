@@ -88,10 +88,12 @@ predict_capacity = 40_960 // 4096
 
 # no digits of the answer in these messages: the contract tests check that none reveals it
 _CAPACITY_MISTAKES = [
-    (40_960 // 2048, "that is the capacity at a maximum of 2,048; each request's reserved slots are now twice as many."),
-    (AtLeast(40), "a longer maximum reserves more slots for every request, so FEWER requests fit, not more."),
+    (40_960 // 2048, "that is the capacity at a maximum of 2,048; each request's reserved slots are now "
+                     "twice as many."),
     (40_960 * 5 // 2581, "that packs the requests by their real lengths; a reserve-max cache reserves "
-                         "the maximum."),
+                         "the maximum."),                  # before AtLeast(40), which would hide it
+    (AtLeast(40), "a longer maximum reserves more slots for every request, so FEWER requests fit, "
+                  "not more."),
 ]
 
 predict_capacity = Exercise(
