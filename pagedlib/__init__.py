@@ -61,7 +61,7 @@ _EXPORTS = {
     # memory
     "pages_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
     "Plan": "memory.capacity", "ModelSpec": "memory.capacity", "MODELS": "memory.capacity",
-    "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity",
+    "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity", "requests_that_fit": "memory.capacity",
     "ReserveMaxAllocator": "memory.allocators", "FirstFitAllocator": "memory.allocators",
     "BlockManager": "memory.block_manager", "OutOfBlocks": "memory.block_manager",
     # attention

@@ -61,7 +61,7 @@ def build_batch(seqs: Seq[Sequence], num_new_tokens: Seq[int], block_manager: Bl
     for seq, n, table in zip(seqs, num_new_tokens, tables):
         ids += seq.token_slice(seq.num_computed_tokens - n, seq.num_computed_tokens)
         flat_tables += table
-        flat_tables += [0] * (width - len(table))             # padding is never read (masked by seq_lens)
+        flat_tables += [0] * (width - len(table))             # padding: masked by seq_lens (a kernel may still load it)
         lens.append(seq.num_computed_tokens)
     new = _longs(list(num_new_tokens))                        # [num_seqs]
     seq_lens = _longs(lens)                                   # [num_seqs], tokens in the cache after this step
