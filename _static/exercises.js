@@ -347,7 +347,6 @@
 
   // ---- the verdict (Exercise.check for a value) ---------------------------------------------------
   const SITE_NOT_ATTEMPTED = "Type your answer in the box as you would in Python, then press Check.";
-  const SITE_FALLBACK = "Try a hint: the Hint button opens them one by one.";
 
   function allowedKinds(expected) {
     if ("bool" in expected) return ["bool"];
@@ -380,7 +379,7 @@
   }
 
   /** {state, message} for `answer` (a tagged value) against `spec` (answers.answer_spec's JSON). */
-  function judge(spec, answer, fallback = SITE_FALLBACK) {
+  function judge(spec, answer, fallback = spec.fallback) {
     if ("ellipsis" in answer || "none" in answer) return { state: "not attempted", message: SITE_NOT_ATTEMPTED };
     const ctx = { expected: spec.expected, tolerance: spec.tolerance, unordered: spec.unordered,
       ignore_case: spec.ignore_case };
@@ -455,7 +454,7 @@
   }
 
   const api = { parsePython, pyRepr, floatRepr, judge, checkText, inlineHtml, valuesEqual, PySyntaxError,
-    SITE_FALLBACK, SITE_NOT_ATTEMPTED };
+    SITE_NOT_ATTEMPTED };
   if (typeof module !== "undefined" && module.exports) {
     module.exports = api;
   } else {

@@ -150,14 +150,15 @@
       `One query's ${scores.length} scores and values, read one tile at a time: after each tile the ` +
       "kernel holds only m, ℓ and acc."));
     const tileBar = el("div", { class: "pagedlib-stepper-controls" });
-    tileBar.append(el("label", { for: "" }, "Tile size:"));
+    const label = el("label", {}, "Tile size: ");
     const select = el("select", { "data-testid": "stepper-tile" });
+    label.append(select);
     for (const t of [1, 2, 3, 4, 6, scores.length]) {
       const o = el("option", { value: String(t) }, String(t));
       if (t === tile) o.selected = true;
       select.append(o);
     }
-    tileBar.append(select);
+    tileBar.append(label);
     box.append(tileBar);
     const ui = controls(box, (d) => { at = d === 0 ? 0 : Math.min(Math.max(at + d, 0), steps.length); draw(); });
     const wrap = el("div", { class: "pagedlib-stepper-table" });

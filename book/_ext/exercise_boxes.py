@@ -48,23 +48,35 @@ def _cell_source(node) -> str:
 
 
 def _starts_exercise(node) -> bool:
-    """A paragraph that opens a statement: its first words, in bold, start with "Exercise"."""
+    """A paragraph that opens a statement: its first words, in bold, start with "Exercise" or
+    "Predict" ("**Exercise 2.**", "**Predict first.**")."""
     if not isinstance(node, nodes.paragraph):
         return False
     children = [c for c in node.children if not (isinstance(c, nodes.Text) and not c.astext().strip())]
     return (bool(children) and isinstance(children[0], nodes.strong)
-            and children[0].astext().strip().lower().startswith("exercise"))
+            and children[0].astext().strip().lower().startswith(("exercise", "predict")))
 
 
 def _statement(siblings: list, end: int) -> list:
     """The statement's nodes: from the nearest "**Exercise ...**" paragraph before ``end``, or every
-    block of a section whose title starts with "Exercise"; none when neither is there."""
-    i = end - 1
-    while i >= 0 and isinstance(siblings[i], _BLOCKS) and not _is_code_cell(siblings[i]):
-        if _starts_exercise(siblings[i]):
+    block of a section whose title starts with "Exercise"; none when neither is there. A code cell
+    between the statement and the starter cell (one that prints the exercise's inputs) comes with it;
+    another exercise's cell never does."""
+    i, cells = end - 1, 0
+    while i >= 0:
+        node = siblings[i]
+        if _is_code_cell(node):
+            source = _cell_source(node)
+            cells += 1
+            if cells > 2 or ".check(" in source or source.lstrip().startswith("# Uncomment for help"):
+                return []
+        elif not isinstance(node, _BLOCKS):
+            break
+        elif _starts_exercise(node):
             return siblings[i:end]
         i -= 1
-    if i >= 0 and isinstance(siblings[i], nodes.title) and siblings[i].astext().lower().startswith("exercise"):
+    if (i >= 0 and isinstance(siblings[i], nodes.title)
+            and siblings[i].astext().lower().startswith("exercise")):
         return siblings[i + 1:end]
     return []
 

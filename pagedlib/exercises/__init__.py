@@ -56,6 +56,9 @@ MIN_HINTS = len(HINT_RUNGS)
 RUN_IT_YOURSELF = ("(Reading this on the website? Open the chapter in Colab with the badge at the top "
                    "of the page, then run the cells.)")
 
+# What a wrong answer that no listed mistake explains gets; the website's checker shows the same words.
+TRY_A_HINT = "Try `.hint()` (on the website: the Hint button)."
+
 _COLOURS = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#6e7781"}
 _ICONS = {CORRECT: "Correct", INCORRECT: "Incorrect", NOT_ATTEMPTED: "Not attempted yet"}
 
@@ -370,7 +373,7 @@ class Exercise:
         else:
             base = f"{_short(answer)} is not right."
         message = self._mistake_message(answer, args, expected) or self._diagnosis(answer, expected, args)
-        message = message or "Try `.hint()`."
+        message = message or TRY_A_HINT
         room = self.message_limit - len(message) - 1       # what is wrong is never cut: the rest is
         if len(base) > room:
             base = _one_line(base, max(40, room))
@@ -463,7 +466,7 @@ class Exercise:
 
     def solution_text(self) -> str:
         """The solution as ``.solution()`` shows it (a subclass may override either)."""
-        body = self.solution_code()
+        body = self.solution_code() + ("\n" if self.is_function else "")   # a blank line after code
         text = f"Solution to {self.name}:\n{body}"
         if self.explanation:
             text += f"\n{self.explanation}"

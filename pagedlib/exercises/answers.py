@@ -285,6 +285,7 @@ def to_json_value(value: Any):
 
 def answer_spec(exercise) -> dict:
     """Everything the website needs to check ``exercise``'s answer as ``Exercise.check`` does."""
+    from . import TRY_A_HINT
     return {"name": exercise.name,
             "expected": to_json_value(exercise.reference),
             "tolerance": exercise.tolerance,
@@ -293,4 +294,5 @@ def answer_spec(exercise) -> dict:
             "mistakes": [[_json_arg(m) if isinstance(m, Rule) else {"op": "equals",
                                                                     "value": to_json_value(m)}, text]
                          for m, text in exercise.mistakes],
-            "why": exercise.why}
+            "why": exercise.why,
+            "fallback": TRY_A_HINT}
