@@ -28,6 +28,7 @@ import torch
 
 from ..attention.kernels import launch
 from ..attention.kernels.launch import SM_LIMITS
+from ..validation import cdiv
 
 CAPABILITIES = (75, 80, 90)                  # T4, A100, H100
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
