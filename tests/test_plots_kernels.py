@@ -129,4 +129,4 @@ def test_the_page_size_changes_the_blocks_a_tile_spans_not_the_tile():
     left, right = fig.axes
     assert [line.get_ydata()[0] for line in left.get_lines()] == [64, 2048]
     assert all(len(set(line.get_ydata())) == 1 for line in right.get_lines())   # flat: no change
-    assert left.get_legend() and right.get_legend() and left.get_xlabel()
+    assert left.get_legend() and right.get_legend() and right.get_xlabel()

@@ -135,34 +135,35 @@ def cache_tile_addresses(shape: tuple[int, int, int, int] = (6, 4, 2, 8), block:
                          kv_head: int = 1):
     """Chapter 8: a contiguous ``key_cache [num_blocks, block_size, num_kv_heads, head_dim]`` is one
     line of memory; its strides say how far apart neighbours are. Top: block ``block`` in memory,
-    token by token and head by head, the elements of K/V head ``kv_head`` highlighted. Bottom: the
-    tile ``rows[:, None] + dims[None, :]``, a column of row starts plus a row of dims, every cell
-    labelled with the offset it reads."""
+    one token's ``stride_token`` elements per row (every K/V head's dims), the elements of K/V head
+    ``kv_head`` highlighted. Bottom: the tile ``rows[:, None] + dims[None, :]``, a column of row
+    starts plus a row of dims, every cell labelled with the offset it reads."""
     num_blocks, block_size, num_kv_heads, head_dim = shape
     strides = (block_size * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1)
     tile = tile_offsets(strides, block, kv_head, block_size, head_dim)
     picked = {o for row in tile for o in row}
     base = block * strides[0]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.4), height_ratios=[1, 2.2])
-    # top: the block's elements in memory order
-    n = strides[0]
-    for i in range(n):
-        t, h, d = i // strides[1], i % strides[1] // strides[2], i % strides[2]
-        colour = COLORS["kv"] if base + i in picked else COLORS["free"]
-        top.add_patch(Rectangle((i, 0), 1, 1, facecolor=colour, edgecolor="white", lw=0.6))
-        if d == 0:
-            top.plot([i, i], [-0.15, 1.15], color="black", lw=1.4 if h == 0 else 0.7)
-            top.text(i + head_dim / 2, 1.25, f"token {t}, head {h}", ha="center", va="bottom",
-                     fontsize=9)
-            top.text(i, -0.25, f"{base + i}", ha="center", va="top", fontsize=9)
-    top.set_xlim(-1, n + 1)
-    top.set_ylim(-1.2, 2.2)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(5.4, 8.0), height_ratios=[1, 1.45])
+    # top: the block's elements in memory order, one token (stride_token elements) per row
+    width = strides[1]
+    for t in range(block_size):
+        for i in range(width):
+            offset = base + t * width + i
+            colour = COLORS["kv"] if offset in picked else COLORS["free"]
+            top.add_patch(Rectangle((i, t), 1, 1, facecolor=colour, edgecolor="white", lw=0.6))
+        top.text(-0.4, t + 0.5, f"token {t}: {base + t * width}", ha="right", va="center", fontsize=10)
+    for h in range(num_kv_heads):
+        top.text(h * head_dim + head_dim / 2, -0.3, f"head {h}", ha="center", va="bottom", fontsize=10)
+        if h:
+            top.plot([h * head_dim] * 2, [0, block_size], color="black", lw=1.2)
+    top.set_xlim(-7, width + 0.2)
+    top.set_ylim(block_size + 0.2, -1.4)
     top.axis("off")
-    top.set_title(f"block {block} of key_cache {list(shape)} in memory: strides {strides}; "
+    top.set_title(f"block {block} of key_cache {list(shape)} in memory,\nstrides {strides}: "
                   f"K/V head {kv_head}'s elements in blue", fontsize=11)
     # bottom: the tile as a broadcast sum
     bottom.set_xlim(-3.6, head_dim + 0.2)
-    bottom.set_ylim(block_size + 2.2, -1.6)
+    bottom.set_ylim(block_size + 2.6, -1.9)
     bottom.axis("off")
     for d in range(head_dim):
         _box(bottom, d, -1.4, 1, 0.9, COLORS["accent"], str(d), size=10, text_colour="black")
@@ -170,18 +171,17 @@ def cache_tile_addresses(shape: tuple[int, int, int, int] = (6, 4, 2, 8), block:
     for t in range(block_size):
         _box(bottom, -3.4, t, 2.6, 1, COLORS["tail"], str(tile[t][0]), size=10, text_colour="black")
         for d in range(head_dim):
-            _box(bottom, d, t, 1, 1, COLORS["kv"], str(tile[t][d]), size=9)
+            _box(bottom, d, t, 1, 1, COLORS["kv"], str(tile[t][d]), size=10)
     bottom.text(-2.1, -0.2, "rows[:, None]", ha="center", va="center", fontsize=10)
-    bottom.text(-0.4, block_size / 2, "+", ha="center", va="center", fontsize=16)
     r, c = block_size - 1, min(5, head_dim - 1)
-    bottom.text(head_dim / 2 - 1.7, block_size + 0.5,
-                "rows = block * stride_block + offsets * stride_token + kv_head * stride_head",
+    bottom.text(head_dim / 2 - 1.7, block_size + 0.8,
+                "rows = block * stride_block\n+ offsets * stride_token + kv_head * stride_head",
                 ha="center", va="center", fontsize=10)
-    bottom.text(head_dim / 2 - 1.7, block_size + 1.4,
+    bottom.text(head_dim / 2 - 1.7, block_size + 2.1,
                 f"row {r}, dim {c}: {block} x {strides[0]} + {r} x {strides[1]} + {kv_head} x "
                 f"{strides[2]} + {c} = {tile[r][c]}", ha="center", va="center", fontsize=11)
-    bottom.set_title(f"the tile rows[:, None] + dims[None, :] of block {block}, K/V head {kv_head}: "
-                     "one offset per (row, dim)", fontsize=11, pad=4)
+    bottom.set_title("the tile rows[:, None] + dims[None, :]:\none offset per (row, dim)",
+                     fontsize=11, pad=4)
     fig.tight_layout()
     return fig
 
@@ -199,36 +199,35 @@ def tile_footprint(page_size: int, head_dim: int = 128, seq_len: int = 2048, ele
 
 def page_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
                           page_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)):
-    """Chapter 9: the kernel side of the page size. Left, what changes: the distinct blocks one K
-    tile spans and a request's block-table entries. Right, what does not: the tile's tokens and bytes
-    (so its registers and shared memory), and the bytes of each contiguous row load."""
+    """Chapter 9: the kernel side of the page size. Top, what changes: the distinct blocks one K
+    tile spans and a request's block-table entries. Bottom, what does not: the tile's bytes (so its
+    registers and shared memory) and the bytes of each contiguous row load."""
     rows = [tile_footprint(b, head_dim, seq_len) for b in page_sizes]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
+    fig, (left, right) = plt.subplots(2, 1, figsize=(5.4, 7.6), sharex=True)
     left.plot(page_sizes, [r["blocks_per_tile"] for r in rows], "o-", color=COLORS["kv"],
-              label=f"blocks one {rows[0]['tile_tokens']}-token K tile spans")
+              label=f"blocks a {rows[0]['tile_tokens']}-token K tile spans")
     left.plot(page_sizes, [r["table_entries"] for r in rows], "s--", color=COLORS["tail"],
-              label=f"block-table entries of a {seq_len:,}-token request")
+              label=f"table entries, {seq_len:,}-token request")
     left.set_yscale("log", base=2)
     left.set_ylabel("count (log scale)")
-    left.set_title("what the page size changes: lookups and scattering", fontsize=11)
+    left.set_title("what the page size changes:\nlookups and scattering", fontsize=11)
     right.plot(page_sizes, [r["tile_bytes"] / 1024 for r in rows], "o-", color=COLORS["shared"],
                label=f"K tile: {rows[0]['tile_tokens']} tokens, {rows[0]['tile_bytes'] // 1024} KB")
     right.plot(page_sizes, [r["row_bytes"] / 1024 for r in rows], "s--", color=COLORS["other"],
-               label=f"one contiguous load: a row of one K/V head, {rows[0]['row_bytes']} B")
+               label=f"one load: a row of one head, {rows[0]['row_bytes']} B")
     right.set_yscale("log", base=2)
     right.set_ylim(0.1, 64)
     right.set_ylabel("KB (log scale)")
-    right.set_title("what it does not: the tile and each load", fontsize=11)
+    right.set_title(f"what it does not: the tile and each load\n(head_dim {head_dim}, fp16)",
+                    fontsize=11)
+    right.set_xlabel("page size (tokens per block)")
     for ax in (left, right):
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xscale("log", base=2)
         ax.set_xticks(page_sizes, [str(b) for b in page_sizes])
         ax.minorticks_off()
-        ax.set_xlabel("page size (tokens per block)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=9, loc="upper right")
-    fig.suptitle(f"The kernel side of the page size (head_dim {head_dim}, fp16, the launch "
-                 "configuration's K tile)", fontsize=12)
+        ax.legend(fontsize=10, loc="upper right")
     fig.tight_layout()
     return fig
 
