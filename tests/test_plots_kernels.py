@@ -130,3 +130,36 @@ def test_the_page_size_changes_the_blocks_a_tile_spans_not_the_tile():
     assert [line.get_ydata()[0] for line in left.get_lines()] == [64, 2048]
     assert all(len(set(line.get_ydata())) == 1 for line in right.get_lines())   # flat: no change
     assert left.get_legend() and right.get_legend() and right.get_xlabel()
+
+
+def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
+    import random
+
+    from pagedlib.attention.kernels.launch import VARLEN_SPLIT_Q, launch_config, varlen_grid
+    rng = random.Random(9)
+    for _ in range(50):
+        chunks = [rng.choice([0, 1, 1, 3, rng.randrange(1, 40)]) for _ in range(rng.randrange(1, 7))]
+        contexts = [c + rng.randrange(0 if c else 1, 200) for c in chunks]
+        group, splits = rng.choice([1, 4, 8]), rng.choice([1, 3])
+        cfg = launch_config(64, __import__("torch").float16, group, (9, 0))
+        programs = kernels.varlen_programs(chunks, contexts, cfg.block_q, splits, 64, VARLEN_SPLIT_Q)
+        tiles, _, grid_splits = varlen_grid(sum(chunks), len(chunks), 1, cfg, splits)
+        assert len(programs) == tiles * grid_splits
+        owned = sorted((p["seq"], t) for p in programs if p["kind"] != "exits" and p["split"] == 0
+                       for t in range(*p["tokens"]))
+        assert owned == [(s, t) for s, c in enumerate(chunks) for t in range(c)]
+        for p in programs:                             # a split sequence's splits tile its keys exactly
+            if p["kind"] == "split" and p["split"] == 0:
+                ranges = [q["keys"] for q in programs if q["tile"] == p["tile"]]
+                assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
+    chunks, contexts = [1, 6, 1, 1], [300, 70, 40, 520]
+    fig = kernels.varlen_launch(chunks, contexts, group=4, num_splits=3, tile=64)
+    programs = kernels.varlen_programs(chunks, contexts, 4, 3, 64, 4)
+    reading = [p for p in programs if p["kind"] != "exits" and p["keys"][1] > p["keys"][0]]
+    ax = fig.axes[0]
+    assert len(ax.patches) == len(reading) == 9          # 3 + 3 splits, 2 chunk tiles, 1 short decode
+    assert sum("exits at once" in t.get_text() for t in ax.texts) == 7   # 2 x 2 unused splits, 3 past the end
+    assert sorted(round(b.get_width()) for b in ax.patches) == sorted(p["keys"][1] - p["keys"][0] for p in reading)

@@ -42,7 +42,7 @@ from . import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Timeout, _call_with_t
 
 __all__ = ["KernelCase", "KernelExercise", "new_output", "describe_cache", "variant"]
 
-NAN_SOURCE = "Here every cache slot no sequence owns holds NaN: some tl.load read one."
+NAN_CAUSE = "Here every cache slot no sequence owns holds NaN: some tl.load read one."
 UNWRITTEN = -12288.0     # what an output holds before the kernel runs (exact in fp16 and fp32)
 GUARD_ROWS = 2           # rows of dim 0 of guard before and after each guarded tensor
 
@@ -231,58 +231,87 @@ def _advice(exc: BaseException) -> str:
     return ""
 
 
-def _index(flat: int, shape: Sequence[int]) -> str:
+def _index(flat: int, shape: Sequence[int], name: str = "out") -> str:
     idx = []
     for size in reversed(shape):
         idx.append(flat % size)
         flat //= size
-    return "out[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+    return name + "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
 
 
 def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def compare_outputs(got: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """None if ``got`` matches ``expected``; otherwise one sentence on the first thing that is wrong."""
+def compare_outputs(got, expected, name: str = "out") -> str | None:
+    """None if ``got`` matches ``expected``; otherwise one sentence on the first thing that is wrong.
+
+    A kernel with several outputs returns a dict of them, and its case's ``expected`` is a dict with
+    the same names: each is compared in turn, and the sentence names the output.
+    """
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return f"the launcher returned {type(got).__name__}, not the outputs {sorted(expected)}."
+        for key, want in expected.items():
+            problem = compare_outputs(got[key], want, key)
+            if problem is not None:
+                return problem
+        return None
     if got.shape != expected.shape:
-        return f"the output has shape {list(got.shape)}, the reference {list(expected.shape)}."
+        return f"`{name}` has shape {list(got.shape)}, the reference {list(expected.shape)}."
     buf = got._base if got._base is not None else None
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
     if buf is not None:
         pad = buf.numel() - got.numel()
         outside = torch.cat([buf[: pad // 2], buf[pad // 2 + got.numel():]]).double().cpu()
         if (outside != UNWRITTEN).any():
-            return ("the kernel stored values outside `out` (before its first or after its last "
+            return (f"the kernel stored values outside `{name}` (before its first or after its last "
                     "element): check the pointers and the mask of its tl.store.")
     total = e.numel()
     unwritten = (g == UNWRITTEN) & (e != UNWRITTEN)
     if unwritten.any():
         first = int(unwritten.flatten().nonzero()[0])
-        return (f"{_index(first, e.shape)} was never written ({int(unwritten.sum())} of {total} "
-                f"elements were not): the kernel must store every element of `out`.")
+        return (f"{_index(first, e.shape, name)} was never written ({int(unwritten.sum())} of {total} "
+                f"elements were not): the kernel must store every element of `{name}`.")
     leak = torch.isnan(g) & ~torch.isnan(e)
     if leak.any():
         first = int(leak.flatten().nonzero()[0])
-        return (f"NaN leaked into the output: {_index(first, e.shape)} is nan where the reference has "
+        return (f"NaN leaked into the output: {_index(first, e.shape, name)} is nan where the reference has "
                 f"{_num(e.flatten()[first].item())} ({int(leak.sum())} of {total} elements are NaN). "
-                + NAN_SOURCE)
+                + NAN_CAUSE)
     bad = ~torch.isclose(g, e, rtol=_tolerance(got.dtype), atol=_tolerance(got.dtype), equal_nan=True)
     if bad.any():
         first = int(bad.flatten().nonzero()[0])
-        return (f"first wrong element: {_index(first, e.shape)} = {_num(g.flatten()[first].item())} "
+        return (f"first wrong element: {_index(first, e.shape, name)} = {_num(g.flatten()[first].item())} "
                 f"where the reference has {_num(e.flatten()[first].item())} "
                 f"({int(bad.sum())} of {total} elements are wrong).")
     return None
+
+
+def _shapes(expected) -> str:
+    """'out [4, 16]', or each output's name and shape for a kernel with several."""
+    if isinstance(expected, dict):
+        return ", ".join(f"{k} {list(v.shape)}" for k, v in expected.items())
+    return f"out {list(expected.shape)}"
 
 
 def _tolerance(dtype: torch.dtype) -> float:
     return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
 
 
-def same_output(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _nan_count(x) -> int:
+    """NaN elements of an output (a tensor, or a dict of named tensors)."""
+    if isinstance(x, dict):
+        return sum(_nan_count(v) for v in x.values())
+    return int(torch.isnan(x).sum())
+
+
+def same_output(a, b) -> bool:
     """True if two kernels' outputs agree: the same shape, NaN, inf and unwritten elements, and
-    values within the dtype's tolerance."""
+    values within the dtype's tolerance (a dict of named outputs: every one of them)."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(same_output(a[k], b[k]) for k in a))
     if a.shape != b.shape:
         return False
     x, y = a.detach().double().cpu(), b.detach().double().cpu()
@@ -310,7 +339,7 @@ class KernelExercise(Exercise):
                  diagnose: Callable[[torch.Tensor, KernelCase], str | None] | None = None,
                  mistakes: Sequence[tuple[Any, str]] = (),
                  hints: Sequence[str] = (), wrong: Sequence[Any] = (), explanation: str = "",
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, diagnosis_names_nan_cause: bool = False):
         if not _is_kernel(reference):
             raise ValueError(f"exercise {name!r}: reference must be a @triton.jit kernel")
         self.kernel = reference
@@ -321,6 +350,9 @@ class KernelExercise(Exercise):
             if not _is_kernel(kernel):
                 raise ValueError(f"exercise {name!r}: each of mistakes must be (@triton.jit kernel, "
                                  f"message); got {kernel!r}")
+        # a kernel that computes NaN without reading a cache (0 / 0, inf / inf): its diagnosis says
+        # why, in place of the usual "some tl.load read one"
+        self.diagnosis_names_nan_cause = diagnosis_names_nan_cause
         super().__init__(name, question, reference.fn, cases=[(c,) for c in self.kernel_cases],
                          hints=hints, wrong=wrong, mistakes=mistakes, explanation=explanation,
                          timeout=timeout)
@@ -364,7 +396,7 @@ class KernelExercise(Exercise):
     def _unguarded_load(self, kernel: Any, got: torch.Tensor, case: KernelCase) -> str | None:
         """The line of a masked tl.load without ``other=`` whose poisoned lanes made ``got``'s NaN
         (the kernel run again with masked lanes reading 0 has no NaN there), or None."""
-        lines = masked_loads_without_other(kernel.fn) if torch.isnan(got).any() else []
+        lines = masked_loads_without_other(kernel.fn) if _nan_count(got) else []
         if not lines:
             return None
         inputs = _copy_inputs(case.inputs)
@@ -374,7 +406,7 @@ class KernelExercise(Exercise):
                 clean = _call_with_timeout(lambda: self.launch(kernel, **inputs), (), self.timeout)
         except BaseException:  # noqa: BLE001 - then the missing other= is not the only problem
             return None
-        return lines[0] if torch.isnan(clean).sum() < torch.isnan(got).sum() else None
+        return lines[0] if _nan_count(clean) < _nan_count(got) else None
 
     def _judge_function(self, answer: Any) -> tuple[str, str]:
         kernel, verdict = self._as_kernel(answer)
@@ -383,7 +415,7 @@ class KernelExercise(Exercise):
         fn = kernel.fn
         n = len(self.kernel_cases)
         for i, case in enumerate(self.kernel_cases, 1):
-            where = f"case {i} of {n} ({case.label}; out {list(case.expected.shape)})"
+            where = f"case {i} of {n} ({case.label}; {_shapes(case.expected)})"
             try:
                 got = self._run(kernel, case)
             except Timeout:
@@ -404,19 +436,21 @@ class KernelExercise(Exercise):
                 continue
             unguarded = self._unguarded_load(kernel, got, case)
             if unguarded is not None:
-                return INCORRECT, (f"{where}: {problem.replace(' ' + NAN_SOURCE, '')} `{unguarded}` is a "
+                return INCORRECT, (f"{where}: {problem.replace(' ' + NAN_CAUSE, '')} `{unguarded}` is a "
                                    "masked tl.load without `other=`: its masked lanes are undefined (on "
                                    "a GPU they hold whatever is in memory; the checker fills them with "
                                    "NaN). Give it `other=0.0`.")
             mistake = self._mistake_for(got, case)
             if mistake is not None:
-                return INCORRECT, f"{where}: {problem.replace(' ' + NAN_SOURCE, '')} {mistake}"
+                return INCORRECT, f"{where}: {problem.replace(' ' + NAN_CAUSE, '')} {mistake}"
             extra = None
             if self.kernel_diagnose is not None:
                 try:
                     extra = self.kernel_diagnose(got, case)
                 except Exception:  # noqa: BLE001 - a diagnosis must never hide the verdict
                     extra = None
+            if extra and self.diagnosis_names_nan_cause:
+                problem = problem.replace(" " + NAN_CAUSE, "")
             message = f"{where}: {problem}"
             return INCORRECT, f"{message} {extra}" if extra else f"{message} Try `.hint()`."
         return CORRECT, ""

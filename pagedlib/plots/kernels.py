@@ -8,6 +8,8 @@
 - :func:`page_size_kernel_side`: chapter 9's kernel side of the page size: what a tile of K/V
   touches at each page size (from the launch configuration), and what stays the same.
 - :func:`split_k_ranges`: chapter 9's split-K ranges of each sequence and the log-sum-exp merge.
+- :func:`varlen_launch`: chapter 9's one kernel for every step: one launch's programs over a mixed
+  batch (packed tiles of tokens x GQA group, split-K for the decode rows, the programs that exit).
 - :func:`kernel_bandwidth`: the benchmark's achieved bandwidth against context length.
 
 ``GPU_SPECS`` holds the datasheet numbers the figures draw; :func:`attention_intensity` and
@@ -25,10 +27,12 @@ from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
 from ..attention.kernels.launch import SM_LIMITS, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
+from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
 from .style import COLORS, FIGURE_WIDTH, wrap
 
-__all__ = ["GPU_SPECS", "cache_tile_addresses", "page_size_kernel_side", "tile_footprint", "tile_offsets", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
-           "decode_kernel_map", "split_k_ranges", "kernel_bandwidth", "read_bench_csv"]
+__all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "page_size_kernel_side", "tile_footprint",
+           "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy", "decode_kernel_map",
+           "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv"]
 
 
 def _spec(sms: int, dram_gb: int, l2_mb: int, peaks: str, capability: int) -> dict[str, float]:
@@ -342,6 +346,60 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
         bx.set_title(f"Merge of seq {len(seq_lens) - 1}", fontsize=11)
         bx.text(0.98, 0.93, "out = sum over r of\nweight_r x o_r", transform=bx.transAxes,
                 ha="right", va="top", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits: int, tile: int,
+                  block_m: int = 16, split_q: int = 4):
+    """Chapter 9: one launch of ``paged_attention_varlen`` over a mixed batch, for one KV head.
+
+    One row per program of the grid (``total_q // block_q + num_seqs`` tiles x ``num_splits``, an
+    upper bound from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
+    key position), coloured by sequence; its label says which new tokens it owns (``block_q =
+    block_m // group`` tokens x the group's heads make its ``block_m`` rows) and, for a split
+    sequence's programs, which split. Programs that exit at once are grey rows marked "exits".
+    """
+    block_q = block_m // group
+    programs = varlen_programs(chunks, contexts, block_q, num_splits, tile, split_q)
+    palette = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
+               COLORS["padding"]]
+    longest = max(contexts)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.4 + 0.32 * len(programs)))
+    labels = []
+    for row, p in enumerate(programs):
+        colour = palette[p["seq"] % len(palette)]
+        decode = chunks[p["seq"]] == 1
+        if p["kind"] == "exits":
+            ax.text(longest * 0.01, row, "exits at once", va="center", fontsize=10, color=COLORS["external"])
+            what = f"seq {p['seq']}"
+        else:
+            start, stop = p["keys"]
+            split = f"split {p['split']}" if p["kind"] == "split" else ""
+            if stop > start:
+                ax.barh(row, stop - start, left=start, color=colour, height=0.7, edgecolor="white")
+                if split:
+                    ax.text(stop + longest * 0.01, row, split, va="center", fontsize=10)
+            else:
+                ax.text(longest * 0.01, row, f"{split}: no keys (weight 0)", va="center",
+                        fontsize=10, color=COLORS["external"])
+            lo, hi = p["tokens"]
+            if not decode:                               # the causal edge: the tile's first new token
+                ax.plot([contexts[p["seq"]] - chunks[p["seq"]] + lo] * 2, [row - 0.35, row + 0.35],
+                        color="black", lw=1.5)
+            what = f"seq {p['seq']} " + ("decode" if decode else f"new {lo}-{hi - 1}")
+        labels.append(f"{p['tile']}" + (f".{p['split']}" if num_splits > 1 else "") + f" {what}")
+    ax.set_yticks(range(len(programs)), labels, fontsize=10)
+    ax.set_ylabel("program (tile.split)", fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlim(0, longest * 1.18)
+    ax.set_xlabel(wrap("key position read by the program (black tick: the causal edge of a chunk's tile)",
+                       0.75 * FIGURE_WIDTH, 10), fontsize=10)
+    kinds = ", ".join(f"seq {s}: {'decode' if c == 1 else f'{c} new'} of {n}"
+                      for s, (c, n) in enumerate(zip(chunks, contexts)))
+    title = (f"One launch, one KV head: {len(programs)} programs ({block_q} tokens x {group} heads per "
+             f"tile, {num_splits} splits)")
+    ax.set_title(wrap(title, 0.75 * FIGURE_WIDTH, 10) + "\n" + wrap(kinds, 0.75 * FIGURE_WIDTH, 10), fontsize=10)
     fig.tight_layout()
     return fig
 
