@@ -395,6 +395,10 @@ split_partial = KernelExercise(
     launch=_launch_split_partial,
     cases=[_split_partial_case(i, n, s) for i, (n, s) in enumerate(_SPLIT_SETTINGS)],
     diagnose=_diagnose_split_partial,
+    mistakes=[(_partial_unmasked,
+               "K and V are loaded without the mask: the rows past the end of the sequence hold NaN here "
+               "(whatever is in memory on a GPU), and p = 0 times NaN is NaN. Load both with "
+               "`mask=valid[:, None], other=0.0`.")],
     hints=["It is chapter 8's online softmax, over a range instead of the whole sequence: the range "
            "starts at a page boundary, so walk the pages from `start // BLOCK_SIZE` and mask the tokens "
            "at or past `end`. An empty split runs no page at all: its l stays 0.",
