@@ -18,17 +18,21 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import functools
 import re
 import sys
 import warnings
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 
 HAS_CUDA: bool = torch.cuda.is_available()
 
 if not HAS_CUDA and os.environ.get("TRITON_INTERPRET") != "1":
-    # Must happen before any @triton.jit runs: Triton reads the variable when a kernel is decorated.
+    # Must happen before any @triton.jit runs: Triton reads the variable when a kernel is decorated,
+    # its own helpers (tl.sum, tl.max, ...) included, which it decorates when it is imported: see
+    # import_order_problem() for what happens when triton was imported first.
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET") == "1"
@@ -57,6 +61,7 @@ class Rule:
     problem: str
     fix: str
     measured: str
+    signature: str = ""                            # text of the error it raises, if it fails loudly
 
 
 RULES: tuple[Rule, ...] = (
@@ -74,7 +79,8 @@ RULES: tuple[Rule, ...] = (
          fix='pip install "numpy<2.4"',
          measured="drift check, 2026-12-01: triton 3.5.1 and 3.6.0 with numpy 2.4.6: 101 of 255 "
                   "tests fail with that error; triton 3.2.0 to 3.6.0 with numpy 2.3.5, and 3.7.1, "
-                  "3.8.0, 3.9.0 with numpy 2.4.6: all 255 pass"),
+                  "3.8.0, 3.9.0 with numpy 2.4.6: all 255 pass",
+         signature="only 0-dimensional arrays can be converted to Python scalars"),
     Rule(refuse=False, triton=((3, 3), (3, 4)), numpy=(None, None), where="sm_75",
          problem="triton 3.3 cannot compile pagedlib's fp16 decode, split-K and prefill kernels for "
                  "a compute capability 7.5 GPU (a T4): 'Unsupported conversion from f16 to f16' "
@@ -82,7 +88,8 @@ RULES: tuple[Rule, ...] = (
          fix='pip install "triton>=3.4"',
          measured="drift check, 2026-12-01, compiling ahead of time: triton 3.3.1 fails on "
                   "decode, split-K and prefill for sm_75 and compiles all five kernels for sm_80 and "
-                  "sm_90; every other triton measured (3.0.0 to 3.9.0) compiles them all for sm_75"),
+                  "sm_90; every other triton measured (3.0.0 to 3.9.0) compiles them all for sm_75",
+         signature="Unsupported conversion from f16 to f16"),
 )
 
 
@@ -176,16 +183,96 @@ def check_versions(versions: Versions | None = None) -> None:
         warnings.warn(message, VersionWarning, stacklevel=2)
 
 
+IMPORT_ORDER_FIX = ("Fix: restart Python (on Colab: Runtime > Restart session) and run `import pagedlib` "
+                    "before anything imports triton, or run `os.environ['TRITON_INTERPRET'] = '1'` "
+                    "before `import triton`.")
+
+
+def import_order_problem() -> str | None:
+    """The message for triton imported before ``TRITON_INTERPRET`` was set on a machine without CUDA,
+    or None. Then triton's own helpers (``tl.sum``, ``tl.max``, ...) are GPU functions while the
+    kernels run in the interpreter, so every kernel that calls them fails."""
+    if not INTERPRET or "triton" not in sys.modules:
+        return None
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return None
+    helper = getattr(tl, "sum", None)
+    if not isinstance(helper, JITFunction) or isinstance(helper, InterpretedFunction):
+        return None
+    return ("triton was imported before TRITON_INTERPRET was set (this machine has no CUDA GPU), so "
+            "triton's own helpers (tl.sum, tl.max, ...) were made for a GPU: every kernel that calls "
+            "them fails with \"Cannot call @triton.jit'd outside of the scope of a kernel\". "
+            + IMPORT_ORDER_FIX)
+
+
 def verdict(versions: Versions | None = None) -> str:
-    """One line per broken rule ("refused: ..." or "warning: ..."), or "ok" with the versions."""
+    """One line per problem ("refused: ...", "warning: ...", or "broken: ..." when triton was imported
+    too early), or "ok" with the versions."""
     versions = versions or current_versions()
     found = problems(versions)
-    if not found:
+    lines = [("refused: " if r.refuse else "warning: ") + explain(r, versions) for r in found]
+    order = import_order_problem() if versions.interpret else None
+    if order is not None:
+        lines.insert(0, "broken: " + order)
+    if not lines:
         return f"ok: no known problem with triton {versions.triton} and numpy {versions.numpy}"
-    return "\n".join(("refused: " if r.refuse else "warning: ") + explain(r, versions) for r in found)
+    return "\n".join(lines)
+
+
+class KnownVersionFailure(RuntimeError):
+    """A kernel launch failed the way a rule of ``RULES`` says these versions fail; the message
+    has the rule's fix (``fix``)."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+def known_failure(exc: BaseException, versions: Versions | None = None) -> KnownVersionFailure | None:
+    """If ``exc`` (or an error it wraps) is the error a broken rule of these versions raises, a
+    ``KnownVersionFailure`` that says so with the fix; else None."""
+    versions = versions or current_versions()
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 16:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(f"{e!s} {e!r}" for e in chain)
+    for rule in problems(versions):
+        if rule.signature and rule.signature in text:
+            return KnownVersionFailure(f"this failure is a known problem of these versions: "
+                                       f"{explain(rule, versions)}", rule.fix)
+    if "Cannot call @triton.jit'd outside of the scope of a kernel" in text:
+        order = import_order_problem()
+        if order is not None:
+            return KnownVersionFailure(order, IMPORT_ORDER_FIX)
+    return None
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def known_failures(launcher: F) -> F:
+    """Decorate a kernel launcher: an error that a known version problem explains is re-raised as a
+    ``KnownVersionFailure`` with the fix (the original error as its cause); any other passes as is."""
+    @functools.wraps(launcher)
+    def wrapper(*args, **kwargs):
+        try:
+            return launcher(*args, **kwargs)
+        except Exception as exc:
+            known = known_failure(exc)
+            if known is None:
+                raise
+            raise known from exc
+    return wrapper  # type: ignore[return-value]
 
 
 check_versions()  # on import: pagedlib's kernels are defined after this module, so none has run yet
+if import_order_problem() is not None:
+    warnings.warn(import_order_problem(), VersionWarning, stacklevel=2)
 
 
 def gpu_name() -> str | None:
@@ -218,6 +305,9 @@ def kernel_is_interpreted(kernel) -> bool:
 def traps() -> list[str]:
     """Known problems with this environment, each with its fix (an empty list when all is well)."""
     found = []
+    order = import_order_problem()
+    if order is not None:
+        found.append(order)
     if DEVICE.type == "cuda" and not supports_bf16():
         found.append(f"{gpu_name()} has no bf16: use torch.float16 (pagedlib's default here).")
     if DEVICE.type == "cpu":

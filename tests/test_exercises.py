@@ -66,6 +66,55 @@ def test_wrong_answers_are_incorrect_with_a_message(exercise):
         assert result.message
 
 
+def _concrete(answer) -> bool:
+    """A listed mistake that is an answer a learner can give (a value or a function), not a rule
+    such as ``Above(78)`` (the rules have their own tests)."""
+    from pagedlib.exercises.answers import Rule
+    return not isinstance(answer, Rule)
+
+
+MISTAKES = [pytest.param(name, i, id=f"{name}-{i}") for name, ex in sorted(EXERCISES.items())
+            for i, (answer, _) in enumerate(ex.mistakes) if _concrete(answer)]
+
+
+@pytest.mark.parametrize("name, index", MISTAKES)
+def test_every_listed_mistake_gets_its_own_message(name, index):
+    """The table test: each exercise's obvious near misses (its ``mistakes``) are told apart, each
+    with its named message, never a bare "Try `.hint()`"."""
+    exercise = EXERCISES[name]
+    answer, message = exercise.mistakes[index]
+    result = exercise.check(answer)
+    assert result.state == INCORRECT, (name, answer)
+    assert message in result.message, (name, result.message)
+    assert "Try `.hint()`" not in result.message
+
+
+def test_every_wrong_answer_gets_a_named_message_not_just_try_hint(exercise):
+    """Each exercise's obvious near misses (its ``wrong`` answers and ``mistakes``) are each told
+    what is wrong, by a listed mistake or by its diagnosis."""
+    for wrong in exercise.wrong:
+        message = exercise.check(wrong).message
+        assert "Try `.hint()`" not in message, (exercise.name, message)
+
+
+def test_a_message_never_cuts_the_argument_that_matters():
+    from pagedlib.exercises import ch03
+    snapshot, _ = ch03.external_fragmentation.cases[0]
+    message = ch03.external_fragmentation.check(lambda snapshot, need: 0).message
+    assert "need=1024" in message and "snapshot=[(0, 512, None)" in message
+
+
+def test_the_capacity_prediction_names_the_16_token_answer():
+    from pagedlib.exercises import ch04
+    assert "16-token pages" in ch04.predict_capacity.check(78).message
+
+
+def test_the_alpaca_prediction_explains_the_second_page():
+    from pagedlib.exercises import ch12
+    message = ch12.alpaca_waste.check(0.39).message
+    assert "second page" in message and "15%" in message
+
+
 def test_raising_or_odd_answers_are_incorrect_and_never_raise(exercise):
     odd = [_raising_function, "a string", object(), [1, 2, 3], -1, 1e300, float("nan"),
            lambda *a: "wrong type"]
@@ -115,7 +164,7 @@ def test_messages_are_one_line_and_never_a_tensor_dump(exercise):
         message = exercise.check(answer).message
         assert "\n" not in message and "Traceback" not in message, (exercise.name, message)
         assert "tensor([[" not in message and "dtype=torch" not in message, (exercise.name, message)
-        assert len(message) <= 400, (exercise.name, message)
+        assert len(message) <= exercise.message_limit, (exercise.name, message)
 
 
 def test_not_attempted_says_what_to_do_also_on_colab(exercise):
@@ -184,7 +233,7 @@ def test_a_float_where_an_int_is_asked_says_so_in_good_grammar():
     assert ex.check(np.int64(4)).state == CORRECT   # numpy integers are ints
     fn = Exercise("test.pages", "pages", lambda n, p: -(-n // p), cases=[(17, 16)], wrong=[lambda n, p: n])
     r = fn.check(lambda n, p: n / p)
-    assert r.state == INCORRECT and "returned 1.0625 for input (17, 16), a float; expected an int" in r.message
+    assert r.state == INCORRECT and "returned 1.0625 for input (n=17, p=16), a float; expected an int" in r.message
 
 
 def test_a_string_or_a_tensor_where_a_number_is_asked():
@@ -232,7 +281,7 @@ def test_listed_mistakes_get_their_own_message():
         mistakes=[(lambda n, p: n % p, "`n % p` is 0 for a full page, which holds p tokens.")])
     assert last_page_len.wrong, "mistakes count as wrong answers for the contract tests"
     r = last_page_len.check(lambda n, p: n % p)
-    assert r.state == INCORRECT and "0 for a full page" in r.message and "input (8, 4)" in r.message
+    assert r.state == INCORRECT and "0 for a full page" in r.message and "input (n=8, p=4)" in r.message
     value = Exercise("test.waste", "waste", 0.748, mistakes=[(0.252, "that is the used fraction.")])
     assert "used fraction" in value.check(0.252).message
     assert "used fraction" not in value.check(0.5).message

@@ -1,9 +1,8 @@
 """The kernel-exercise checker: it launches a learner's kernel and says which case failed and how."""
+import pagedlib  # noqa: F401, I001  (first: sets TRITON_INTERPRET before triton is imported)
 import torch
 import triton
 import triton.language as tl
-
-import pagedlib  # noqa: F401  (sets TRITON_INTERPRET before any kernel below is defined)
 from pagedlib.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED
 from pagedlib.exercises import ch08
 from pagedlib.exercises.kernel_checks import UNWRITTEN, compare_outputs, new_output, raises_not_implemented
@@ -117,3 +116,81 @@ def test_a_kernel_that_never_ends_times_out_as_incorrect():
     result = ex.check(forever)
     assert result.state == INCORRECT and "more than 0.5 s" in result.message
     assert time.perf_counter() - start < 5
+
+
+# ---- diagnoses: each compares against a kernel with exactly that one mistake -----------------------
+from pagedlib.exercises.kernel_checks import masked_loads_without_other, variant  # noqa: E402
+
+
+def _message(exercise, old: str, new: str) -> str:
+    result = exercise.check(variant(exercise.kernel, old, new))
+    assert result.state == INCORRECT
+    return result.message
+
+
+def test_forgetting_to_rescale_l_or_acc_is_named():
+    assert "l was not rescaled" in _message(ch08.decode, "l = l * alpha +", "l = l + 0.0 * alpha +")
+    assert "acc was not rescaled" in _message(ch08.decode, "acc = acc * alpha +", "acc = (acc) +")
+    assert "l was not moved onto the new max" in _message(
+        ch08.online_lse, "l = l * tl.exp(m - m_new) +", "l = l * 1.0 +")
+
+
+def test_forgetting_plus_m_or_divide_by_l_is_named():
+    assert "add m back" in _message(ch08.online_lse, "m + tl.log(l))", "0.0 + tl.log(l))")
+    assert "not acc / l" in _message(ch08.decode, "dims, acc / l)", "dims, acc * 1.0)")
+
+
+def test_a_wrong_kv_head_is_named_and_never_blamed_on_the_mask():
+    message = _message(ch08.decode, "kv_head = head // GROUP", "kv_head = head + 0")
+    assert "read K/V head h" in message and "mask" not in message.lower()
+
+
+def test_the_mask_is_blamed_only_when_it_is_wrong():
+    message = _message(ch08.decode, "valid = page * BLOCK_SIZE + offsets < seq_len",
+                       "valid = 0 * page + offsets < seq_len")
+    assert "mask is wrong" in message
+    assert "BLOCK_SIZE + offsets < seq_len" not in message        # the fix of ch08.fix_bug stays hidden
+
+
+def test_the_fix_bug_exercise_never_prints_its_fix():
+    message = ch08.fix_bug.check(ch08.buggy_decode).message
+    assert "buggy_decode" in message and "page * BLOCK_SIZE" not in message
+
+
+def test_summing_on_the_wrong_axis_names_the_kernel_line_where_it_raised():
+    message = _message(ch08.page_scores, "axis=1) * scale", "axis=0) * scale")
+    assert "the kernel raised" in message and "at line" in message
+    assert "tl.where(valid, s" in message and "wrong axis" in message
+
+
+def test_a_masked_load_without_other_fails_as_it_would_on_a_gpu():
+    kernel = variant(ch08.load_page_kernel, "mask=valid[:, None], other=0.0)", "mask=valid[:, None])")
+    assert masked_loads_without_other(kernel.fn)
+    message = ch08.load_page.check(kernel).message
+    assert "without `other=`" in message and "keys = tl.load" in message
+    v_line = "v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)"
+    assert "other=" in _message(ch08.decode, v_line, "v = tl.load(value_cache + ptrs, mask=valid[:, None])")
+
+
+def test_a_masked_load_whose_masked_lanes_never_reach_the_output_needs_no_other():
+    # K's masked rows only make scores that tl.where replaces by -inf: poisoned or not, no effect
+    k_line = "k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)"
+    kernel = variant(ch08.decode_kernel, k_line, "k = tl.load(key_cache + ptrs, mask=valid[:, None])")
+    assert ch08.decode.check(kernel).state == CORRECT
+
+
+def test_an_online_softmax_starting_m_at_zero_fails_on_very_negative_scores():
+    message = _message(ch08.online_lse, 'm = float("-inf")', "m = 0.0 + 0.0")
+    assert "started at 0.0" in message and "-250" in message
+    assert "started at 0.0" in _message(ch08.decode, 'm = float("-inf")', "m = 0.0 + 0.0")
+
+
+def test_a_variant_needs_its_text_exactly_once():
+    import pytest
+    with pytest.raises(ValueError, match="exactly once"):
+        variant(ch08.decode_kernel, "tl.load", "tl.loud")
+
+
+def test_a_kernel_exercise_message_is_never_cut():
+    message = _message(ch08.decode, "kv_head = head // GROUP", "kv_head = head + 0")
+    assert not message.endswith("...")

@@ -101,6 +101,37 @@ def test_primer_figure_is_sharp_and_described():
     assert len(alt) > 60 and not alt.endswith(".png")
 
 
+def test_tile_offsets_are_the_flat_indices_of_the_cache():
+    import torch
+    cache = torch.arange(6 * 4 * 2 * 8).reshape(6, 4, 2, 8)         # each element holds its offset
+    tile = kernels.tile_offsets(cache.stride(), block=3, kv_head=1, block_size=4, head_dim=8)
+    assert torch.equal(torch.tensor(tile), cache[3, :, 1, :])
+    assert tile[3][5] == 3 * 64 + 3 * 16 + 1 * 8 + 5 == 253
+
+
+def test_cache_tile_addresses_draws_the_tile_and_one_address_by_hand():
+    fig = kernels.cache_tile_addresses((6, 4, 2, 8), block=3, kv_head=1)
+    top, bottom = fig.axes
+    texts = " ".join(t.get_text() for t in bottom.texts)
+    assert "3 x 64 + 3 x 16 + 1 x 8 + 5 = 253" in texts and "rows[:, None]" in texts
+    assert "(64, 16, 8, 1)" in top.get_title()
+    blue = [p for p in top.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(kernels.COLORS["kv"])]
+    assert len(blue) == 4 * 8                                          # K/V head 1 of every token
+
+
+def test_the_page_size_changes_the_blocks_a_tile_spans_not_the_tile():
+    from pagedlib.attention.kernels.launch import kv_tile
+    one, sixteen, big = (kernels.tile_footprint(b) for b in (1, 16, 256))
+    assert one["tile_tokens"] == sixteen["tile_tokens"] == big["tile_tokens"] == kv_tile(128) == 64
+    assert (one["blocks_per_tile"], sixteen["blocks_per_tile"], big["blocks_per_tile"]) == (64, 4, 1)
+    assert one["row_bytes"] == big["row_bytes"] == 256 and sixteen["table_entries"] == 128
+    fig = kernels.page_size_kernel_side()
+    left, right = fig.axes
+    assert [line.get_ydata()[0] for line in left.get_lines()] == [64, 2048]
+    assert all(len(set(line.get_ydata())) == 1 for line in right.get_lines())   # flat: no change
+    assert left.get_legend() and right.get_legend() and right.get_xlabel()
+
+
 def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
     import random
 

@@ -224,3 +224,85 @@ def test_import_warns_about_a_loud_failure(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     assert "VersionWarning" in done.stderr and 'pip install "numpy<2.4"' in done.stderr
     assert "UnsupportedVersions" not in done.stdout
+
+
+# ---- traps a learner meets: triton imported first; a known version failure at launch -------------
+def test_triton_imported_before_pagedlib_is_named_in_the_verdict_and_the_checker(tmp_path):
+    code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
+            "import warnings; warnings.simplefilter('ignore')\n"
+            "import triton, triton.language as tl\n"           # the trap: triton before pagedlib
+            "import pagedlib\n"
+            "from pagedlib.exercises import ch08\n"
+            "print(pagedlib.runtime.verdict())\n"
+            "print('CHECK', ch08.page_scores.check(ch08.page_scores_kernel))\n")
+    out = _run_script(tmp_path, code)
+    verdict = out.split("CHECK")[0]
+    assert not verdict.startswith("ok") and "triton was imported before TRITON_INTERPRET" in verdict
+    assert "import pagedlib` before" in verdict and "restart" in verdict.lower()
+    check = out.split("CHECK")[1]
+    assert "not because of its code" in check and "import pagedlib` before" in check
+
+
+def test_triton_imported_first_with_the_variable_set_is_fine(tmp_path):
+    code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
+            "import triton\n"
+            "import pagedlib\n"
+            "print(pagedlib.runtime.verdict().split(':')[0], pagedlib.runtime.import_order_problem())\n")
+    assert _run_script(tmp_path, code).split() == ["ok", "None"]
+
+
+_NUMPY_24_ERROR = "only 0-dimensional arrays can be converted to Python scalars"
+
+
+class _FailingKernel:
+    """Stands for a kernel under triton 3.6 + numpy 2.4: every launch fails as the drift check saw."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from triton.runtime.errors import InterpreterError
+            try:
+                raise TypeError(_NUMPY_24_ERROR)
+            except TypeError as exc:
+                raise InterpreterError(repr(exc)) from exc
+        return launch
+
+
+def _old_triton(monkeypatch):
+    versions = runtime.Versions(torch="2.13.0", triton="3.6.0", numpy="2.4.6", interpret=True,
+                                capability=None)
+    monkeypatch.setattr(runtime, "current_versions", lambda: versions)
+
+
+def test_a_launch_that_fails_as_a_known_rule_says_is_reraised_with_the_fix(monkeypatch):
+    import pagedlib.attention.triton_backend as attention
+    from pagedlib.attention.inputs import random_paged_inputs
+    _old_triton(monkeypatch)
+    monkeypatch.setattr(attention, "decode_kernel", _FailingKernel())
+    x = random_paged_inputs([5, 9], num_heads=2, num_kv_heads=2, head_dim=16, block_size=4)
+    with pytest.raises(runtime.KnownVersionFailure, match=r'pip install "numpy<2.4"') as info:
+        pagedlib.paged_attention(*x.args(), num_splits=1)
+    assert "triton 3.6.0 with numpy 2.4.6" in str(info.value) and info.value.fix == 'pip install "numpy<2.4"'
+    assert _NUMPY_24_ERROR in repr(info.value.__cause__.__cause__)
+
+
+def test_the_same_error_under_good_versions_passes_unchanged(monkeypatch):
+    import pagedlib.attention.triton_backend as attention
+    from pagedlib.attention.inputs import random_paged_inputs
+    from triton.runtime.errors import InterpreterError
+    monkeypatch.setattr(attention, "decode_kernel", _FailingKernel())
+    x = random_paged_inputs([5], num_heads=2, num_kv_heads=2, head_dim=16, block_size=4)
+    if runtime.problems():
+        pytest.skip("this machine's versions break a rule")
+    with pytest.raises(InterpreterError):
+        pagedlib.paged_attention(*x.args(), num_splits=1)
+
+
+def test_the_kernel_checker_gives_the_rules_fix_for_a_known_failure(monkeypatch):
+    from pagedlib.exercises import ch08
+    from pagedlib.exercises.kernel_checks import KernelExercise
+    _old_triton(monkeypatch)
+    ex = KernelExercise("test.numpy24", "q", ch08.load_page_kernel,
+                        launch=lambda kernel, **inputs: _FailingKernel()[(1,)](),
+                        cases=ch08.load_page.kernel_cases[:1], wrong=[ch08.load_page_kernel])
+    message = ex.check(ch08.load_page_kernel).message
+    assert "not because of its code" in message and 'pip install "numpy<2.4"' in message

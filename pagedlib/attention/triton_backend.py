@@ -71,6 +71,7 @@ def _config(config: LaunchConfig | None, query: torch.Tensor, dims: CacheDims, n
     return config
 
 
+@runtime.known_failures
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None, *,
                     num_splits: int | None = None, validate: bool = True,
@@ -154,6 +155,7 @@ def _check_max_query_len(max_query_len, query_start_loc: torch.Tensor, num_token
                              "output. Pass the longest chunk's length, or None to compute it.")
 
 
+@runtime.known_failures
 def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                   block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                   scale: float | None = None, *, max_query_len: int | None = None,
@@ -195,6 +197,7 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
     return out
 
 
+@runtime.known_failures
 def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                            scale: float | None = None, *, num_splits: int | None = None,
@@ -250,6 +253,7 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
     return out
 
 
+@runtime.known_failures
 def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              slot_mapping: torch.Tensor, *, validate: bool = True) -> None:
     """Write each token's K/V rows into its cache slot, in place, with a Triton kernel.

@@ -240,6 +240,8 @@ class Exercise:
     solution.
     """
 
+    message_limit = 400      # characters of a message shown; never cut what the learner must see
+
     def __init__(self, name: str, question: str, reference: Any, *,
                  cases: Sequence[tuple] | None = None,
                  compare: Callable[[Any, Any], bool] | None = None,
@@ -328,7 +330,7 @@ class Exercise:
             message = self.why
         elif state == NOT_ATTEMPTED:
             message = f"{message} {RUN_IT_YOURSELF}".strip()
-        result = Result(self.name, state, _one_line(message, 400))
+        result = Result(self.name, state, _one_line(message, self.message_limit))
         result._ipython_display_()
         return result
 
@@ -339,8 +341,23 @@ class Exercise:
             return self._judge_function(answer)
         return self._judge_value(answer, self.reference, None)
 
+    def _describe_input(self, args: tuple) -> str:
+        """The arguments of a case in one line, each shortened on its own, so that a long list never
+        hides a short argument after it: "snapshot=[(0, 512, None), ...], need=768"."""
+        try:
+            names = list(inspect.signature(self.reference).parameters)
+        except (TypeError, ValueError):
+            names = []
+        if len(args) == 1:
+            return _short(args[0])
+        budget = max(24, 120 // max(1, len(args)))
+        parts = [_short(a, budget) for a in args]
+        if len(names) == len(args):
+            parts = [f"{n}={p}" for n, p in zip(names, parts)]
+        return "(" + ", ".join(parts) + ")"
+
     def _judge_value(self, answer: Any, expected: Any, args: tuple | None) -> tuple[str, str]:
-        where = "" if args is None else f" for input {_short(args if len(args) != 1 else args[0])}"
+        where = "" if args is None else f" for input {self._describe_input(args)}"
         what = "your answer is" if args is None else "the function returned"
         kinds = _expected_kind(expected)
         if not isinstance(answer, kinds) and not self._compatible_number(answer, expected):
@@ -356,7 +373,11 @@ class Exercise:
         else:
             base = f"{_short(answer)} is not right."
         message = self._mistake_message(answer, args, expected) or self._diagnosis(answer, expected, args)
-        return INCORRECT, f"{base} {message}" if message else f"{base} {TRY_A_HINT}"
+        message = message or TRY_A_HINT
+        room = self.message_limit - len(message) - 1       # what is wrong is never cut: the rest is
+        if len(base) > room:
+            base = _one_line(base, max(40, room))
+        return INCORRECT, f"{base} {message}"
 
     def _mistake_message(self, answer: Any, args: tuple | None, expected: Any = None) -> str | None:
         """The message of the first listed mistake that ``answer`` matches (on input ``args``)."""
@@ -410,10 +431,10 @@ class Exercise:
                 return NOT_ATTEMPTED, "the function still raises NotImplementedError: fill in its body."
             except Timeout:
                 return INCORRECT, (f"the function ran for more than {self.timeout:g} s on input "
-                                   f"{_short(args)}: is there a loop that never ends?")
+                                   f"{self._describe_input(args)}: is there a loop that never ends?")
             except Exception as exc:  # noqa: BLE001 - reported to the learner
                 return INCORRECT, (f"the function raised {type(exc).__name__}: {_one_line(exc, 120)} "
-                                   f"on input {_short(args)}.")
+                                   f"on input {self._describe_input(args)}.")
             state, message = self._judge_value(got, expected, args)
             if state != CORRECT:
                 return state, message

@@ -120,14 +120,15 @@ _T4_MISTAKES = [
 
 t4_llama3 = Exercise(
     "ch01.t4_llama3",
-    "Predict, then check with your function: how many 2,048-token requests of Llama-3-8B (fp16) fit "
-    "on Colab's T4?",
+    "Predict: how many 2,048-token requests of Llama-3-8B (fp16) fit on Colab's T4? (The next "
+    "exercise writes the function that counts them for any model and GPU.)",
     t4_llama3,
     mistakes=_T4_MISTAKES,
     hints=["The weights come first. Compare them with the T4's usable memory, not with its box.",
            "Llama-3-8B has about 8.03 billion parameters of 2 bytes; the T4's usable memory is "
            "`GPUS['T4'].memory_gib` GiB, and the engine takes GPU_MEMORY_UTILIZATION (92%) of that.",
-           "requests_that_fit(MODELS['llama-3-8b'], GPUS['T4'].memory_bytes, 2048)"],
+           "budget = GPU_MEMORY_UTILIZATION * GPUS['T4'].memory_bytes - MODELS['llama-3-8b'].weights_bytes; "
+           "when the budget is below zero, no request fits, else budget // (2048 * bytes per token)."],
     wrong=[4, 52, -3],
     explanation="Its fp16 weights (about 15 GiB) are larger than the T4's 14.6 usable GiB: the model "
                 "needs smaller weights (int8, int4) or a bigger GPU.",

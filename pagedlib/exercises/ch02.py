@@ -35,13 +35,13 @@ reserve_max_waste = Exercise(
            "1 - sum(lengths) / (len(lengths) * max_len)"],
     wrong=[lambda lengths, max_len: sum(lengths) / (len(lengths) * max_len),
            lambda lengths, max_len: 1 - sum(lengths) / (len(lengths) * max(lengths))],
-    explanation="The reservation is max_len per request whatever its length, so the waste is one "
+    explanation="Every request holds max_len reserved slots whatever its length, so the waste is one "
                 "minus the written share.",
 )
 
 
 def split_unused(length_now: int, final_length: int, max_len: int) -> tuple[int, int]:
-    """The unused slots of one reserve-max reservation, split as the PagedAttention paper does:
+    """The unused slots of one request's reserve-max slots, split as the PagedAttention paper does:
     ``(reservation, internal_fragmentation)``. Reservation: slots the request will still write
     before it finishes (``final_length - length_now``); internal fragmentation: slots past its final
     length, never written (``max_len - final_length``)."""
@@ -59,7 +59,7 @@ def _diagnose_split(answer, expected, args):
         return ("not every unused slot is internal fragmentation: the request still writes "
                 "final_length - length_now of them as it decodes.")
     if sum(answer) != max_len - length_now:
-        return "the two parts together must be every unused slot of the reservation (max_len - length_now)."
+        return "the two parts together must be every unused slot the request holds (max_len - length_now)."
     return None
 
 
@@ -88,10 +88,12 @@ predict_capacity = 40_960 // 4096
 
 # no digits of the answer in these messages: the contract tests check that none reveals it
 _CAPACITY_MISTAKES = [
-    (40_960 // 2048, "that is the capacity at a maximum of 2,048; each reservation is now twice as long."),
-    (AtLeast(40), "a longer maximum makes every reservation longer, so FEWER requests fit, not more."),
+    (40_960 // 2048, "that is the capacity at a maximum of 2,048; each request's reserved slots are now "
+                     "twice as many."),
     (40_960 * 5 // 2581, "that packs the requests by their real lengths; a reserve-max cache reserves "
-                         "the maximum."),
+                         "the maximum."),                  # before AtLeast(40), which would hide it
+    (AtLeast(40), "a longer maximum reserves more slots for every request, so FEWER requests fit, "
+                  "not more."),
 ]
 
 predict_capacity = Exercise(

@@ -125,18 +125,24 @@ def capacity_at(lengths: tuple, page_size: int, pool_slots: int) -> int:
     return pool_slots * len(lengths) // allocated
 
 
-predict_capacity = capacity_at(_LENGTHS, 256, _POOL)
+_capacity_at = capacity_at      # the function: the name capacity_at becomes its Exercise below
+predict_capacity = _capacity_at(_LENGTHS, 256, _POOL)
 
 
-# no digits of the answer in these messages: the contract tests check that none reveals it
+
+# (answer, message) for the near misses; no digits of the answer in these messages
 _PREDICT_MISTAKES = [
-    (capacity_at(_LENGTHS, 16, _POOL), "that is the capacity with 16-token pages; 256-token pages round "
-                                       "each request up further."),
+    (_capacity_at(_LENGTHS, 16, _POOL),
+     "that is the capacity with 16-token pages, the chapter's number; with 256-token pages each "
+     "request's last page is rounded up much further: round each length up to a multiple of 256."),
     (_POOL // 2048, "that is reserve-max; even 256-token pages are far smaller than a 2,048-token slot."),
     (_POOL // 256, "that counts pages in the pool, not requests: a request can hold several pages."),
-    (Above(capacity_at(_LENGTHS, 16, _POOL)), "bigger pages never fit MORE requests: each request's last "
-                                              "page only gets emptier."),
+    (_POOL * len(_LENGTHS) // sum(_LENGTHS),
+     "that packs the real lengths with no rounding at all: each request holds whole 256-token pages."),
+    (Above(_capacity_at(_LENGTHS, 16, _POOL)), "bigger pages never fit MORE requests: each request's last "
+                                               "page only gets emptier."),
 ]
+
 
 predict_capacity = Exercise(
     "ch04.predict_capacity",
@@ -147,7 +153,7 @@ predict_capacity = Exercise(
     hints=["Round each of the five lengths up to whole 256-token pages.",
            "512 -> 512, 37 -> 256, 1,900 -> 2,048, 128 -> 256, 4 -> 256 slots: add them up.",
            "40_960 * 5 // (512 + 256 + 2048 + 256 + 256)"],
-    wrong=[78, 20, 160, 79],
+    wrong=[79],
     explanation="The mix takes 3,328 slots at 256 per page instead of 2,608 at 16, so fewer copies of "
                 "it fit; still three times reserve-max.",
 )
@@ -172,14 +178,24 @@ capacity_at = Exercise(
            ((512, 37, 1900, 128, 4), 2048, 40_960), ((512, 37, 1900, 128, 4), 1, 40_960),
            ((100, 100, 100), 64, 10_000), ((1, 2, 3), 8, 1000), ((33,), 16, 480)],
     diagnose=_diagnose_capacity,
+    mistakes=[
+        (lambda lengths, p, pool: pool // (-(-max(lengths) // p) * p),
+         "that sizes every request like the longest one, as reserve-max does; with pages each request "
+         "holds only its own length rounded up, so divide by the mix's average, not its maximum."),
+        (lambda lengths, p, pool: round(pool * len(lengths) / sum(-(-n // p) * p for n in lengths)),
+         "that rounds to the nearest whole request; a request that does not fit completely does not "
+         "fit: round down (`//`)."),
+        (lambda lengths, p, pool: pool * len(lengths) // sum(-(-n // p) for n in lengths),
+         "that divides by the number of pages the mix holds, not by their slots: multiply each "
+         "request's pages by page_size."),
+    ],
     hints=["Each request allocates whole pages, so its slots are its length rounded up to a multiple "
            "of page_size.",
            "Add the rounded-up slots over the mix (`allocated`). The pool holds "
            "`len(lengths)` requests per `allocated` slots.",
            "`pool_slots * len(lengths) // sum(pages_for(n, page_size) * page_size for n in lengths)`"],
     wrong=[lambda lengths, p, pool: pool * len(lengths) // sum(lengths),
-           lambda lengths, p, pool: pool // p,
-           lambda lengths, p, pool: round(pool * len(lengths) / sum(-(-n // p) * p for n in lengths))],
+           lambda lengths, p, pool: pool // p],
     explanation="Integer arithmetic on whole pages: the mix costs its rounded-up slots, and the pool "
                 "holds that many copies of the mix.",
 )

@@ -27,9 +27,11 @@ slot_of = Exercise(
            "(`token % block_size`); the block table turns the logical page into a physical block.",
            "`block_table[token // block_size] * block_size + token % block_size`."],
     wrong=[lambda bt, t, bs: bt[t // bs] + t % bs,
-           lambda bt, t, bs: t // bs * bs + t % bs,
-           lambda bt, t, bs: bt[t // bs] * bs + t // bs],
+           lambda bt, t, bs: t // bs * bs + t % bs],
     diagnose=lambda got, want, args: _diagnose_slot(got, *args),
+    mistakes=[(lambda bt, t, bs: bt[t // bs] * bs + t // bs,
+               "The offset inside the page is `token % block_size`; `token // block_size` is the "
+               "logical page.")],
     explanation="The block table replaces the logical page by its physical block; the offset inside "
                 "the page does not change.",
 )

@@ -1,7 +1,7 @@
 """Chapter 7 exercises: the hit count of a prompt mix under prefix caching."""
 from __future__ import annotations
 
-from . import AllOf, Exercise, FirstWrong, Item, LengthNot, NotMultipleOf
+from . import Above, AllOf, Exercise, FirstWrong, Item, LengthNot, NotMultipleOf
 
 # ---- exercise 1: the hit count of a prompt mix ------------------------------------------------
 
@@ -113,6 +113,41 @@ _EVICT_MISTAKES = [
                                       "never a hit."),
 ]
 
+def evict_replay_single_queue() -> dict[str, int]:
+    """The same four requests as :func:`evict_replay` under vLLM v1's order: one LRU queue of every
+    free block, cached or empty; a request's blocks go to its back tail first; a new block is taken
+    from its head, and only then is its old name dropped (lazy eviction)."""
+    from collections import deque
+    size = EVICT_BLOCK_SIZE
+    queue = deque(range(EVICT_POOL_BLOCKS))                # free blocks; the head is handed out next
+    block_of: dict[tuple, int] = {}                        # a full block's name -> its block
+    name_of: dict[int, tuple] = {}
+    hits = {}
+    script = [("A", "A", True), ("B", "B", True), ("C", "C", False), ("A again", "A", False)]
+    for label, request, free_after in script:
+        tokens = EVICT_REQUESTS[request]
+        names = [tuple(tokens[:(i + 1) * size]) for i in range(len(tokens) // size)]  # full blocks
+        found = []
+        for name in names[:(len(tokens) - 1) // size]:     # a hit never covers the last token
+            if name not in block_of:
+                break
+            found.append(block_of[name])
+            queue.remove(block_of[name])
+        table = list(found)
+        for _ in range(-(-len(tokens) // size) - len(found)):
+            block = queue.popleft()
+            if block in name_of:
+                del block_of[name_of.pop(block)]
+            table.append(block)
+        for block, name in zip(table, names):
+            if name not in block_of:
+                block_of[name], name_of[block] = block, name
+        hits[label] = len(found) * size
+        if free_after:
+            queue.extend(reversed(table))
+    return hits
+
+
 evicted_prefix = Exercise(
     "ch07.evicted_prefix",
     "A pool of 8 blocks of 4 tokens, prefix caching on. A and B (13 tokens each) run and finish; "
@@ -131,3 +166,32 @@ evicted_prefix = Exercise(
                 "tail is least recently used); A0 survives: 4 tokens hit.",
 )
 
+
+evicted_prefix_v1 = Exercise(
+    "ch07.evicted_prefix_v1",
+    "The same pool and the same four requests (A and B run and finish, C runs, A comes back), under "
+    "vLLM v1's order: one LRU queue of every free block, cached or empty, a finished request's "
+    "blocks appended tail first, a new block always taken from the head. How many of A's tokens hit "
+    "the cache the second time?",
+    evict_replay_single_queue()["A again"],
+    mistakes=[(evict_replay()["A again"],
+               "That is this course's order, where C first takes the two empty blocks. In one queue "
+               "there are no empty blocks to take first: C takes the four blocks at the head, the "
+               "oldest free ones. Whose are they?"),
+              ((len(EVICT_REQUESTS["A"]) - 1) // EVICT_BLOCK_SIZE * EVICT_BLOCK_SIZE,
+               "C needs four blocks and takes them from the head of the queue, evicting what they "
+               "held: not all of A's cached blocks can survive."),
+              (NotMultipleOf(EVICT_BLOCK_SIZE),
+               "hits come in whole blocks: a block that only partly matches is never a hit."),
+              (Above(0), "C takes the four blocks at the head of the queue: which of A's blocks are "
+                         "among them, given that A finished before B?")],
+    hints=["In a single queue, the blocks freed earliest are handed out first, whether they hold "
+           "cached K/V or not.",
+           "Write the queue down: at the start 0 to 7. A takes four and gives them back tail first, "
+           "to the back; then B. Which four blocks are at the head when C arrives?",
+           "A finished before B, so A's four blocks (its tail first, then its head) are the head of "
+           "the queue: C takes them all."],
+    wrong=[8],
+    explanation="A's four blocks were the oldest free blocks when C arrived, so C took them all, A's "
+                "first block included: nothing of A survives, where two lists kept A's first block.",
+)

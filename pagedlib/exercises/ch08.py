@@ -12,6 +12,8 @@ first, then the exercise is built from it, so a notebook calls ``ex.load_page.ch
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -20,7 +22,7 @@ from .. import runtime
 from ..attention.reference import gather_kv, paged_attention_ref
 from ..attention.inputs import random_paged_inputs
 from . import AnyItem, Exercise, Not, OneOf
-from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
+from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output, variant
 
 DEVICE, DTYPE = runtime.DEVICE, runtime.DTYPE
 
@@ -128,6 +130,11 @@ load_page = KernelExercise(
     launch=_launch_load_page,
     cases=[_page_case(s, p, h, query=False) for s, p, h in _PAGE_CHOICES],
     diagnose=_diagnose_page,
+    mistakes=[
+        (variant(load_page_kernel, " + kv_head * stride_head", ""),
+         "These are the rows of K/V head 0 whatever `kv_head` is: a token's row holds every K/V "
+         "head, so add `kv_head * stride_head` to each row's pointer."),
+    ],
     hints=["A page is a logical thing: the block table says which physical block holds it, and only "
            "the rows before `seq_len` hold tokens. The other rows must not even be read.",
            "Three steps: load the block id (`tl.load(block_table + page)`); build the mask from each "
@@ -264,9 +271,22 @@ def _launch_online_lse(kernel, query, key_cache, block_tables, seq_lens, kv_head
     return out
 
 
-def _lse_case(lengths: list[int], block_size: int, kv_head: int, seed: int, boost: float = 1.0):
+def _very_negative(x):
+    """The inputs ``x`` with every score far below 0 (about -250): positive queries against negative
+    keys (the slots no sequence owns keep their NaN). A softmax whose running max starts at 0.0
+    instead of -inf then sums exp(-250) = 0 in fp32."""
+    query = ((x.query.float().abs() + 1.0) * 10.0).to(x.query.dtype)           # [seqs, heads, dim]
+    keys = x.key_cache.float()
+    keys = torch.where(torch.isnan(keys), keys, -(keys.abs() + 3.0)).to(x.key_cache.dtype)
+    return dataclasses.replace(x, query=query, key_cache=keys)
+
+
+def _lse_case(lengths: list[int], block_size: int, kv_head: int, seed: int, boost: float = 1.0,
+              negative: bool = False):
     x = random_paged_inputs(lengths, num_heads=2, num_kv_heads=2, head_dim=16,
                             block_size=block_size, dtype=DTYPE, device=DEVICE, seed=seed)
+    if negative:
+        x = _very_negative(x)
     q = (x.query[:, kv_head].float() * boost).to(DTYPE)               # [num_seqs, head_dim]
     scale = q.shape[1] ** -0.5
     lse, first_page = [], []
@@ -276,7 +296,8 @@ def _lse_case(lengths: list[int], block_size: int, kv_head: int, seed: int, boos
         lse.append(torch.logsumexp(scores, dim=0))
         first_page.append(torch.logsumexp(scores[:block_size], dim=0))
     label = (f"{len(lengths)} sequences of {', '.join(map(str, lengths))} tokens, pages of "
-             f"{block_size}, kv_head {kv_head}" + (", scores in the hundreds" if boost > 1 else ""))
+             f"{block_size}, kv_head {kv_head}" + (", scores in the hundreds" if boost > 1 else "")
+             + (", every score near -250" if negative else ""))
     return KernelCase(label, dict(query=q, key_cache=x.key_cache, block_tables=x.block_tables,
                                   seq_lens=x.seq_lens, kv_head=kv_head),
                       torch.stack(lse), meta=dict(first_page=torch.stack(first_page)))
@@ -342,13 +363,27 @@ online_lse = KernelExercise(
     "ch08.online_lse",
     "Fill in the kernel: one program per sequence walks all its pages and stores to `out[seq]` (fp32) "
     "the log-sum-exp of its scores, log(sum of exp(scale * q . k)) over its `seq_len` tokens "
-    "(K/V head `kv_head`, query `query[seq]`), with the online softmax's running max `m` and sum `l`.",
+    "(K/V head `kv_head`; its query is `query[seq]`, where `query` is `[num_seqs, head_dim]`), with the "
+    "online softmax's running max `m` and sum `l`.",
     online_lse_kernel,
     launch=_launch_online_lse,
     cases=[_lse_case([1, 4, 5, 11], 4, kv_head=1, seed=20),
            _lse_case([9, 17, 8], 8, kv_head=0, seed=21),
-           _lse_case([6, 13], 4, kv_head=1, seed=22, boost=100.0)],
+           _lse_case([6, 13], 4, kv_head=1, seed=22, boost=100.0),
+           _lse_case([3, 10], 4, kv_head=0, seed=23, negative=True)],
     diagnose=_diagnose_lse,
+    mistakes=[
+        (variant(online_lse_kernel, "l = l * tl.exp(m - m_new) +", "l = l +"),
+         "l was not moved onto the new max: when a page raises m, the sum so far was measured "
+         "against the old max, so multiply it by exp(m - m_new) before adding the page's terms."),
+        (variant(online_lse_kernel, "m + tl.log(l))", "tl.log(l))"),
+         "That is log(l), the log-sum-exp measured from the running max: l sums exp(score - m), so "
+         "add m back at the end."),
+        (variant(online_lse_kernel, 'm = float("-inf")', "m = 0.0"),
+         "The running max started at 0.0: when every score is far below 0 (here about -250), "
+         "exp(score - 0) underflows to 0, l stays 0 and log(l) is -inf. Start m at float('-inf'), "
+         "so the first page's max becomes m."),
+    ],
     hints=["Keep two numbers while you walk the pages: the largest score so far, m, and the sum of "
            "exp(score - m) so far, l. When a page raises the max, the old sum was measured against the "
            "old max and must be moved onto the new one. At the end, log-sum-exp = m + log(l).",
@@ -419,14 +454,17 @@ def _attend_heads(inputs: dict, kv_of_head: list[int]) -> torch.Tensor:
 
 
 def _decode_case(lengths: list[int], num_heads: int, num_kv_heads: int, block_size: int,
-                 seed: int, shared: bool = False) -> KernelCase:
+                 seed: int, shared: bool = False, negative: bool = False) -> KernelCase:
     x = random_paged_inputs(lengths, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=16,
                             block_size=block_size, dtype=DTYPE, device=DEVICE, seed=seed,
                             shared_blocks=shared)
+    if negative:
+        x = _very_negative(x)
     label = (f"{len(lengths)} sequences of {', '.join(map(str, lengths))} tokens, pages of "
              f"{block_size}, {num_heads} query heads, {num_kv_heads} K/V head"
              + ("s" if num_kv_heads > 1 else "")
-             + (", blocks shared between sequences" if shared else ""))
+             + (", blocks shared between sequences" if shared else "")
+             + (", every score near -250" if negative else ""))
     inputs = dict(zip(["query", "key_cache", "value_cache", "block_tables", "seq_lens"], x.args()))
     group = num_heads // num_kv_heads
     meta = dict(group=group, lengths=lengths)
@@ -437,7 +475,8 @@ def _decode_case(lengths: list[int], num_heads: int, num_kv_heads: int, block_si
 
 _DECODE_CASES = [_decode_case([1, 4, 5, 11], 2, 2, 4, seed=30),
                  _decode_case([9, 3, 16, 17], 4, 2, 8, seed=31),
-                 _decode_case([5, 13], 4, 1, 4, seed=32, shared=True)]
+                 _decode_case([5, 13], 4, 1, 4, seed=32, shared=True),
+                 _decode_case([2, 7], 2, 1, 4, seed=34, negative=True)]
 
 
 def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
@@ -445,9 +484,6 @@ def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
     if interleaved is not None and torch.allclose(got.float(), interleaved, atol=1e-3):
         return (f"Query head h read K/V head h % num_kv_heads; with groups of {case.meta['group']}, "
                 "consecutive query heads share a K/V head: `kv_head = head // GROUP`.")
-    if torch.isnan(got).any():
-        return ("Every load of K and V needs the mask of the page's rows, "
-                "`page * BLOCK_SIZE + offsets < seq_len`.")
     return None
 
 
@@ -553,6 +589,35 @@ decode = KernelExercise(
     launch=_launch_decode,
     cases=_DECODE_CASES,
     diagnose=_diagnose_decode,
+    mistakes=[
+        (_decode_first_page,
+         "That attends to the first page only: walk every page of the sequence, "
+         "`for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE))`, with the online softmax across them."),
+        (variant(decode_kernel, "kv_head = head // GROUP", "kv_head = head"),
+         "Query head h read K/V head h: with GROUP query heads per K/V head, there are fewer K/V "
+         "heads than query heads, so the later heads read other tokens' rows. Each group of GROUP "
+         "consecutive query heads shares one K/V head: `head // GROUP`."),
+        (variant(decode_kernel, "l = l * alpha +", "l = l +"),
+         "l was not rescaled: when a page raises m, the sum so far was measured against the old "
+         "max; multiply it by alpha = exp(m - m_new) before adding the page's sum, as for acc."),
+        (variant(decode_kernel, "acc = acc * alpha +", "acc = acc +"),
+         "acc was not rescaled: when a page raises m, the weighted sum so far was measured against "
+         "the old max; multiply it by alpha, the same factor as l, before adding the page's rows."),
+        (variant(decode_kernel, "dims, acc / l)", "dims, acc)"),
+         "The output is acc, not acc / l: the weights exp(score - m) sum to l, not to 1, so divide "
+         "by l at the end."),
+        (variant(decode_kernel, 'm = float("-inf")', "m = 0.0"),
+         "The running max started at 0.0: when every score is far below 0 (here about -250), "
+         "exp(score - 0) underflows to 0, l stays 0 and acc / l is 0 / 0 = NaN. Start m at "
+         "float('-inf'), so the first page's max becomes m."),
+        (variant(decode_kernel, "v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)",
+                 "v = tl.load(value_cache + ptrs)"),
+         "V is loaded without the mask: rows past the end hold NaN here (whatever is in memory on a "
+         "GPU), and p = 0 times NaN is NaN. Load V with the same mask as K."),
+        (variant(decode_kernel, "valid = page * BLOCK_SIZE + offsets < seq_len", "valid = offsets < seq_len"),
+         "The mask is wrong on pages after the first: it lets rows past the end of the sequence "
+         "through. Which token of the sequence is row `offsets` of page `page`?"),
+    ],
     hints=["It is exercise (c) with values: besides m and l, keep acc, the sum of exp(score - m) times "
            "each value row. Whenever m rises, acc is rescaled by the same factor as l. The output is "
            "acc / l. With GQA, consecutive query heads share a K/V head.",
@@ -612,6 +677,9 @@ def bug_lengths() -> list[int]:
 
 
 _BUG_MISTAKES = [
+    ([9], "9 is one of them, but not the only length whose last page, after the first, is partly empty."),
+    ([17], "17 is one of them, but not the only length whose last page, after the first, is partly "
+           "empty."),
     (AnyItem(Not(OneOf(*BUG_LENGTHS))), f"Choose among the lengths {BUG_LENGTHS}."),
     (AnyItem(OneOf(3, 8)), "A sequence of one page is computed right: on page 0, `offsets < seq_len` is "
                            "the right mask."),
@@ -630,7 +698,7 @@ bug_lengths = Exercise(
            "On page 1 of a 9-token sequence, `offsets` runs 0 to 7, all below 9: every row counts as a "
            "token, but only one of them is. Which lengths have a page after the first that is not full?",
            "Wrong: the lengths above 8 that are not a multiple of 8."],
-    wrong=[[9], [3, 9, 17], [16, 24], [9, 16, 17, 24]],
+    wrong=[[3, 9, 17], [16, 24], [9, 16, 17, 24]],
     explanation="The mask forgets the page's start, so only a partial page after the first reads past "
                 "the end: lengths 9 and 17.",
 )
@@ -681,6 +749,12 @@ fix_bug = KernelExercise(
     launch=_launch_decode,
     cases=[_bug_case(), *_DECODE_CASES],
     diagnose=_diagnose_decode,
+    mistakes=[
+        (buggy_decode, "This is what `buggy_decode` computes: the wrong line is still there. The "
+                       "NaN comes from rows that no sequence owns; which line decides the rows read?"),
+        (_fix_off_by_one, "Close: one row too many still counts as a token. A sequence of `seq_len` "
+                          "tokens has positions 0 to seq_len - 1."),
+    ],
     hints=["The outputs that go wrong are NaN, and NaN only lives in cache slots no sequence owns: some "
            "load reads rows it should have masked.",
            "Look at the line that builds `valid`: for a row of page `page`, which token position is it?",

@@ -67,7 +67,22 @@ merge_partials = Exercise(
            "`o = torch.exp(lse1 - lse) * o1 + torch.exp(lse2 - lse) * o2`; return `(o, lse)`."],
     explanation="Each range's weight is its share exp(lse_r - lse) of the total softmax sum, so the "
                 "merge is exact and can be repeated.",
-    wrong=[lambda o1, l1, o2, l2: ((o1 + o2) / 2, torch.logaddexp(l1, l2)),
+    mistakes=[
+        (lambda o1, l1, o2, l2: ((o1 + o2) / 2, torch.logaddexp(l1, l2)),
+         "The output averages the two ranges, as if they weighed the same: a range weighs its share "
+         "of the total softmax sum, exp(lse_r - lse), which is a half only when lse1 = lse2."),
+        (lambda o1, l1, o2, l2: ((o1 + o2) / 2, (l1 + l2) / 2),
+         "That averages both the outputs and the log-sum-exps: the merged lse is the log of the summed "
+         "weights, log(exp(lse1) + exp(lse2)), and each output counts by its share of them."),
+        (lambda o1, l1, o2, l2: (o1 + o2, torch.logaddexp(l1, l2)),
+         "The output adds the two normalised outputs: each is already divided by its own range's sum, "
+         "so weigh each by its share exp(lse_r - lse) before adding."),
+        (lambda o1, l1, o2, l2: (torch.exp(l1 - torch.maximum(l1, l2)) * o1
+                                 + torch.exp(l2 - torch.maximum(l1, l2)) * o2, torch.maximum(l1, l2)),
+         "Subtracting the larger lse avoids overflow, but the merged lse is not the larger one: it is "
+         "log(exp(lse1) + exp(lse2)) (`torch.logaddexp`), and the weights are exp(lse_r - merged lse)."),
+    ],
+    wrong=[
            lambda o1, l1, o2, l2: ((l1.exp() * o1 + l2.exp() * o2) / (l1.exp() + l2.exp()),
                                    (l1.exp() + l2.exp()).log()),
            lambda o1, l1, o2, l2: (torch.exp(l1 - torch.maximum(l1, l2)) * o1
@@ -120,6 +135,14 @@ num_splits = Exercise(
            "`max(1, min(math.ceil(2 * sms / programs), max_seq_len // 256, 32))`."],
     explanation="Two programs per SM keep every SM busy while one waits on memory; the caps keep "
                 "each split worth its merge.",
+    mistakes=[
+        (lambda n, h, L, sms: 1 if n * h >= sms else min(math.ceil(2 * sms / (n * h)), L // 256, 32),
+         "returned 0 splits for a sequence shorter than 256 tokens: the token cap rounds down to 0 "
+         "there, and a kernel needs at least one split: wrap the result in max(1, ...)."),
+        (lambda n, h, L, sms: 1 if n * h >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
+         "The single pass launches one program per (sequence, K/V head): count num_seqs * num_kv_heads "
+         "programs, not num_seqs."),
+    ],
     wrong=[lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), 32)),        # no token cap
            lambda n, h, L, sms: 1 if n >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
            lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), L // 256))],  # no cap of 32
@@ -132,6 +155,8 @@ _PREDICT_MISTAKES = [
     (1, "4 sequences x 8 K/V heads give fewer programs than the T4's 40 SMs, so it splits."),
     (2, "Two programs per SM need 80 programs, 2.5 per (sequence, K/V head): round up."),
     (AtLeast(10), "Neither cap (by tokens, or the maximum) binds here: two programs per SM does."),
+    (5, "Count the single pass's programs first: one per (sequence, K/V head), 4 x 8 of them; then aim "
+        "for two programs per SM, 2 x 40 in all."),
 ]
 
 predict_splits = Exercise(
@@ -370,6 +395,10 @@ split_partial = KernelExercise(
     launch=_launch_split_partial,
     cases=[_split_partial_case(i, n, s) for i, (n, s) in enumerate(_SPLIT_SETTINGS)],
     diagnose=_diagnose_split_partial,
+    mistakes=[(_partial_unmasked,
+               "K and V are loaded without the mask: the rows past the end of the sequence hold NaN here "
+               "(whatever is in memory on a GPU), and p = 0 times NaN is NaN. Load both with "
+               "`mask=valid[:, None], other=0.0`.")],
     hints=["It is chapter 8's online softmax, over a range instead of the whole sequence: the range "
            "starts at a page boundary, so walk the pages from `start // BLOCK_SIZE` and mask the tokens "
            "at or past `end`. An empty split runs no page at all: its l stays 0.",

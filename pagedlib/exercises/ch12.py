@@ -147,13 +147,35 @@ def _alpaca_waste(block_size: int = PREDICT_PAGE) -> float:
     return float(1 - lengths.sum() / held.sum())
 
 
+def _alpaca_lengths():
+    from ..sim import Workload
+    return Workload.alpaca(2_000, seed=0).total_lens
+
+
+def _one_page_waste(block_size: int = PREDICT_PAGE) -> float:
+    """The waste if every request held exactly one page: 1 - mean length / page (the near miss)."""
+    return float(1 - _alpaca_lengths().mean() / block_size)
+
+
+def _share_past_one_page(block_size: int = PREDICT_PAGE) -> float:
+    """Share of the requests longer than one page (they hold a second, mostly empty page)."""
+    return float((_alpaca_lengths() > block_size).mean())
+
+
 _WASTE_MISTAKES = [
+    (round(_one_page_waste(), 3),
+     f"That is 1 - (mean length) / {PREDICT_PAGE}: it treats every request as holding exactly one page. "
+     f"About {_share_past_one_page():.0%} of Alpaca's requests are longer than {PREDICT_PAGE} tokens; each "
+     "of them holds a second page, mostly empty, so the waste is higher than that."),
     (Above(1), "Give a fraction between 0 and 1 (0.25 means a quarter), not a percentage."),
-    (Below(round(_alpaca_waste(), 3)), "Too low: most Alpaca requests are far shorter than one 128-token "
-                                       "page, and a request holds its whole last page."),
+    (Below(round(_alpaca_waste(), 3)), "Too low: count what each request holds, page by page. A request "
+                                       "shorter than a page leaves the rest of it empty, and one a little "
+                                       "longer than a page holds a second page that is mostly empty."),
     (OTHERWISE, "Too high: the longer requests fill most of their pages; only each last page is partly "
                 "empty."),
 ]
+
+
 
 alpaca_waste = Exercise(
     "ch12.alpaca_waste",
@@ -165,8 +187,9 @@ alpaca_waste = Exercise(
     mistakes=_WASTE_MISTAKES,
     hints=["A request holds whole pages: everything from its last token to the end of its last page "
            "is empty.",
-           "A request of n tokens holds ceil(n / 128) pages. Most Alpaca requests need one page; what "
-           "share of one page does a typical request fill?",
+           "A request of n tokens holds ceil(n / 128) pages. Most Alpaca requests need one page, but "
+           "not all: the ones a little past 128 tokens hold a second page that is mostly empty. Add "
+           "up what every request holds, not what an average request would.",
            "waste = 1 - sum(lengths) / sum(ceil(n / 128) * 128 for n in lengths); a request shorter "
            "than a page leaves 1 - n / 128 of it empty."],
     wrong=[0.0, 0.1, 0.9, 45.0],

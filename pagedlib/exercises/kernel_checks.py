@@ -4,10 +4,18 @@ A :class:`KernelExercise` is an :class:`~pagedlib.exercises.Exercise` whose answ
 kernel with the signature its starter code gives. ``check(kernel)`` launches the kernel (through the
 Triton interpreter on a CPU) on each :class:`KernelCase`: small shapes with ragged lengths, NaN in every
 cache slot that no sequence owns, and a sequence of one block + 1 token. For the first case that fails it
-says which case and how: the kernel raised, an element of the output was never written, the kernel
-wrote outside its output, a NaN leaked in from an unowned slot, or the first wrong element with its
-index and both values. It never prints a whole tensor. A kernel whose body still has the starter's
-``raise NotImplementedError`` is "not attempted".
+says which case and how: the kernel raised (with the kernel's line that raised), an element of the
+output was never written, the kernel wrote outside its output, a NaN leaked in from an unowned slot,
+or the first wrong element with its index and both values. It never prints a whole tensor. A kernel
+whose body still has the starter's ``raise NotImplementedError`` is "not attempted".
+
+Each exercise lists its common mistakes as data: ``mistakes``, pairs of (a kernel with exactly that
+one mistake, the message for it), most made with :func:`variant` (the reference kernel with one piece
+of its source replaced). A kernel whose wrong output equals a mistake's output on the failing case
+gets that mistake's message. Under the interpreter a masked ``tl.load`` without ``other=`` reads NaN
+in its masked lanes (on a GPU they hold whatever is in memory), so a kernel that relies on them fails
+here as it would there. A failure that a known version problem or the import order explains says so,
+with the fix (``pagedlib.runtime``).
 
 Inputs are copied before every launch, and each floating-point input and the output sit inside a
 larger buffer with guard rows before and after: a kernel that reads a block id of -1 (an unused
@@ -17,7 +25,10 @@ the output is caught.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import itertools
+import linecache
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -29,7 +40,7 @@ import triton
 from .. import runtime
 from . import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Timeout, _call_with_timeout
 
-__all__ = ["KernelCase", "KernelExercise", "new_output", "describe_cache"]
+__all__ = ["KernelCase", "KernelExercise", "new_output", "describe_cache", "variant"]
 
 NAN_CAUSE = "Here every cache slot no sequence owns holds NaN: some tl.load read one."
 UNWRITTEN = -12288.0     # what an output holds before the kernel runs (exact in fp16 and fp32)
@@ -97,6 +108,101 @@ def raises_not_implemented(fn: Callable) -> bool:
     return False
 
 
+_VARIANTS = itertools.count()
+
+
+def variant(kernel: Any, old: str, new: str) -> Any:
+    """A copy of the ``@triton.jit`` ``kernel`` with the text ``old`` of its source (which must occur
+    exactly once) replaced by ``new``: the reference with exactly one mistake, for ``mistakes``."""
+    fn = kernel.fn if _is_kernel(kernel) else kernel
+    source = textwrap.dedent(inspect.getsource(fn))
+    if source.count(old) != 1:
+        raise ValueError(f"variant of {fn.__name__}: {old!r} must occur exactly once in its source; "
+                         f"it occurs {source.count(old)} times")
+    name = f"{fn.__name__}_mistake_{next(_VARIANTS)}"
+    source = source.replace(old, new).replace(f"def {fn.__name__}(", f"def {name}(", 1)
+    filename = f"<pagedlib mistake {name}>"
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)   # Triton reads the source back
+    namespace = dict(fn.__globals__)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the course's own kernel source
+    return namespace[name]
+
+
+@contextlib.contextmanager
+def poisoned_masked_loads():
+    """Inside this block, a masked floating-point ``tl.load`` without ``other=`` reads NaN in its
+    masked lanes under the Triton interpreter (it reads 0 otherwise; on a GPU they are undefined)."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter
+        builder = interpreter.InterpreterBuilder
+        original = builder.create_masked_load
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
+        if other is None:
+            try:
+                dtype_tt = ptrs.get_element_ty()
+                dtype_np = interpreter._get_np_dtype(dtype_tt)
+                if np.issubdtype(dtype_np, np.floating):
+                    other = interpreter.TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=dtype_np),
+                                                     dtype_tt)
+            except Exception:  # noqa: BLE001 - an interpreter this does not know: no poison
+                pass
+        return original(self, ptrs, mask, other, *args, **kwargs)
+
+    builder.create_masked_load = create_masked_load
+    try:
+        yield
+    finally:
+        builder.create_masked_load = original
+
+
+def masked_loads_without_other(fn: Callable) -> list[str]:
+    """The source lines of ``fn`` with a ``tl.load(..., mask=...)`` that gives no ``other``."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return []
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load"):
+            keywords = {k.arg for k in node.keywords}
+            has_mask = "mask" in keywords or len(node.args) >= 2
+            has_other = "other" in keywords or len(node.args) >= 3
+            if has_mask and not has_other:
+                found.append(lines[node.lineno - 1].strip())
+    return found
+
+
+def kernel_line(exc: BaseException, fn: Callable) -> str | None:
+    """The line of the kernel ``fn`` where ``exc`` (or the error it wraps) was raised:
+    "line 12: `s = tl.where(valid, s, 0.0)`", or None when no frame of the kernel is in it."""
+    name, filename = fn.__name__, getattr(getattr(fn, "__code__", None), "co_filename", None)
+    found = None
+    seen = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        tb = seen.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_name == name and code.co_filename == filename:
+                found = (filename, tb.tb_lineno)
+            tb = tb.tb_next
+        seen = seen.__cause__ or seen.__context__
+    if found is None:
+        return None
+    text = linecache.getline(*found).strip()
+    return f"line {found[1]}: `{text}`" if text else f"line {found[1]}"
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     """The learner's own error inside the interpreter's wrapper (InterpreterError wraps it)."""
     while exc.__cause__ is not None:
@@ -118,6 +224,10 @@ def _advice(exc: BaseException) -> str:
         return " Keep the starter's signature: the checker passes exactly those arguments."
     if "power of 2" in text or "power of two" in text:
         return " Every tl.arange length must be a power of two (use the BLOCK_SIZE and HEAD_DIM given)."
+    if "incompatible dimensions" in text or "make_shape_compatible" in text or "broadcast" in text:
+        return (" Two tensors of different shapes met on that line; a reduction over the wrong axis "
+                "makes one: of a [BLOCK_SIZE, HEAD_DIM] tile, `tl.sum(x, axis=1)` gives one value per "
+                "row ([BLOCK_SIZE]), `axis=0` one per dim ([HEAD_DIM]).")
     return ""
 
 
@@ -189,19 +299,45 @@ def _tolerance(dtype: torch.dtype) -> float:
     return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
 
 
+def _nan_count(x) -> int:
+    """NaN elements of an output (a tensor, or a dict of named tensors)."""
+    if isinstance(x, dict):
+        return sum(_nan_count(v) for v in x.values())
+    return int(torch.isnan(x).sum())
+
+
+def same_output(a, b) -> bool:
+    """True if two kernels' outputs agree: the same shape, NaN, inf and unwritten elements, and
+    values within the dtype's tolerance (a dict of named outputs: every one of them)."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(same_output(a[k], b[k]) for k in a))
+    if a.shape != b.shape:
+        return False
+    x, y = a.detach().double().cpu(), b.detach().double().cpu()
+    tol = _tolerance(a.dtype)
+    return bool(torch.isclose(x, y, rtol=tol, atol=tol, equal_nan=True).all())
+
+
 class KernelExercise(Exercise):
     """An exercise whose answer is a ``@triton.jit`` kernel, checked by launching it on each case.
 
     ``reference`` is the solution kernel; ``launch(kernel, **case.inputs)`` launches a kernel with the
     exercise's signature and returns its output (made with :func:`new_output`); ``cases`` are
-    :class:`KernelCase` objects. ``diagnose(got, case)`` may add a targeted sentence to a failure.
-    ``wrong`` holds wrong kernels, which the contract tests use to prove ``check`` says "incorrect".
+    :class:`KernelCase` objects. ``mistakes`` pairs kernels with exactly one common mistake (see
+    :func:`variant`) with the message for it: a failing kernel whose output on the failing case equals
+    a mistake's gets that message. Else ``diagnose(got, case)`` may add a targeted sentence.
+    ``wrong`` holds more wrong kernels; with the mistakes' kernels, the contract tests use them to
+    prove ``check`` says "incorrect".
     The reference is stored as the kernel's Python function, so ``solution()`` can show its source.
     """
+
+    message_limit = 800      # the case's label, what is wrong and the diagnosis, all of them
 
     def __init__(self, name: str, question: str, reference: Any, *,
                  launch: Callable[..., torch.Tensor], cases: Sequence[KernelCase],
                  diagnose: Callable[[torch.Tensor, KernelCase], str | None] | None = None,
+                 mistakes: Sequence[tuple[Any, str]] = (),
                  hints: Sequence[str] = (), wrong: Sequence[Any] = (), explanation: str = "",
                  timeout: float = 30.0, diagnosis_names_nan_cause: bool = False):
         if not _is_kernel(reference):
@@ -210,11 +346,16 @@ class KernelExercise(Exercise):
         self.launch = launch
         self.kernel_cases = list(cases)
         self.kernel_diagnose = diagnose
+        for kernel, _ in mistakes:
+            if not _is_kernel(kernel):
+                raise ValueError(f"exercise {name!r}: each of mistakes must be (@triton.jit kernel, "
+                                 f"message); got {kernel!r}")
         # a kernel that computes NaN without reading a cache (0 / 0, inf / inf): its diagnosis says
         # why, in place of the usual "some tl.load read one"
         self.diagnosis_names_nan_cause = diagnosis_names_nan_cause
         super().__init__(name, question, reference.fn, cases=[(c,) for c in self.kernel_cases],
-                         hints=hints, wrong=wrong, explanation=explanation, timeout=timeout)
+                         hints=hints, wrong=wrong, mistakes=mistakes, explanation=explanation,
+                         timeout=timeout)
 
     def _as_kernel(self, answer: Any) -> tuple[Any, tuple[str, str] | None]:
         """(kernel to launch, None), or (None, (state, message)) when there is nothing to launch."""
@@ -227,8 +368,7 @@ class KernelExercise(Exercise):
         if _is_kernel(answer):
             if runtime.kernel_is_interpreted(answer) != runtime.INTERPRET:
                 return None, (INCORRECT, "this kernel was defined before TRITON_INTERPRET was set, so it "
-                                         "cannot run here: restart the notebook's kernel and run the "
-                                         "setup cell (`import pagedlib`) before defining it.")
+                                         "cannot run here. " + runtime.IMPORT_ORDER_FIX)
             return answer, None
         try:
             return triton.jit(answer), None      # a kernel body written without @triton.jit
@@ -236,29 +376,73 @@ class KernelExercise(Exercise):
             return None, (INCORRECT, f"expected a @triton.jit kernel; this function cannot be made into "
                                      f"one ({_one_line(exc)}).")
 
+    def _run(self, kernel: Any, case: KernelCase) -> torch.Tensor:
+        """Launch ``kernel`` on fresh copies of ``case``'s inputs, masked lanes poisoned."""
+        inputs = _copy_inputs(case.inputs)
+        with warnings.catch_warnings(), poisoned_masked_loads():
+            warnings.simplefilter("ignore", RuntimeWarning)   # the interpreter's NumPy warns on overflow
+            return _call_with_timeout(lambda: self.launch(kernel, **inputs), (), self.timeout)
+
+    def _mistake_for(self, got: torch.Tensor, case: KernelCase) -> str | None:
+        """The message of the first listed mistake whose output on ``case`` equals ``got``."""
+        for kernel, message in self.mistakes:
+            try:
+                if same_output(got, self._run(kernel, case)):
+                    return message
+            except BaseException:  # noqa: BLE001 - a mistake that cannot run is simply no match
+                continue
+        return None
+
+    def _unguarded_load(self, kernel: Any, got: torch.Tensor, case: KernelCase) -> str | None:
+        """The line of a masked tl.load without ``other=`` whose poisoned lanes made ``got``'s NaN
+        (the kernel run again with masked lanes reading 0 has no NaN there), or None."""
+        lines = masked_loads_without_other(kernel.fn) if _nan_count(got) else []
+        if not lines:
+            return None
+        inputs = _copy_inputs(case.inputs)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                clean = _call_with_timeout(lambda: self.launch(kernel, **inputs), (), self.timeout)
+        except BaseException:  # noqa: BLE001 - then the missing other= is not the only problem
+            return None
+        return lines[0] if _nan_count(clean) < _nan_count(got) else None
+
     def _judge_function(self, answer: Any) -> tuple[str, str]:
         kernel, verdict = self._as_kernel(answer)
         if verdict is not None:
             return verdict
+        fn = kernel.fn
         n = len(self.kernel_cases)
         for i, case in enumerate(self.kernel_cases, 1):
             where = f"case {i} of {n} ({case.label}; {_shapes(case.expected)})"
             try:
-                inputs = _copy_inputs(case.inputs)
-                with warnings.catch_warnings():      # the interpreter's NumPy warns on overflow
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    got = _call_with_timeout(lambda: self.launch(kernel, **inputs), (), self.timeout)
+                got = self._run(kernel, case)
             except Timeout:
                 return INCORRECT, (f"{where}: the kernel ran for more than {self.timeout:g} s: is there a "
                                    "loop that never ends?")
             except Exception as exc:  # noqa: BLE001 - reported to the learner
+                known = runtime.known_failure(exc)
+                if known is not None:
+                    return INCORRECT, f"{where}: the kernel failed, and not because of its code: {known}"
                 cause = _root_cause(exc)
                 if isinstance(cause, NotImplementedError):
                     return NOT_ATTEMPTED, "the kernel still raises NotImplementedError: write its body."
-                return INCORRECT, f"{where}: the kernel raised {_one_line(cause)}.{_advice(cause)}"
+                line = kernel_line(exc, fn)
+                at = f" at {line}" if line else ""
+                return INCORRECT, f"{where}: the kernel raised {_one_line(cause)}{at}.{_advice(cause)}"
             problem = compare_outputs(got, case.expected)
             if problem is None:
                 continue
+            unguarded = self._unguarded_load(kernel, got, case)
+            if unguarded is not None:
+                return INCORRECT, (f"{where}: {problem.replace(' ' + NAN_CAUSE, '')} `{unguarded}` is a "
+                                   "masked tl.load without `other=`: its masked lanes are undefined (on "
+                                   "a GPU they hold whatever is in memory; the checker fills them with "
+                                   "NaN). Give it `other=0.0`.")
+            mistake = self._mistake_for(got, case)
+            if mistake is not None:
+                return INCORRECT, f"{where}: {problem.replace(' ' + NAN_CAUSE, '')} {mistake}"
             extra = None
             if self.kernel_diagnose is not None:
                 try:

@@ -1,8 +1,12 @@
 """Figures of the kernel chapters (the GPU primer, 8 and 9): where a kernel's bytes live, and how fast.
 
 - :func:`gpu_memory_hierarchy`: the GPU primer's picture, HBM, L2, shared memory and registers.
+- :func:`cache_tile_addresses`: chapter 8's 4-D cache flattened into memory by its strides, and how
+  ``rows[:, None] + dims[None, :]`` picks one page's tile of one K/V head out of it.
 - :func:`decode_kernel_map`: chapter 8's decode grid, its tiles on their way up the memory
   hierarchy, and the arithmetic intensity of decode against prefill and the GPU's ridge point.
+- :func:`page_size_kernel_side`: chapter 9's kernel side of the page size: what a tile of K/V
+  touches at each page size (from the launch configuration), and what stays the same.
 - :func:`split_k_ranges`: chapter 9's split-K ranges of each sequence and the log-sum-exp merge.
 - :func:`varlen_launch`: chapter 9's one kernel for every step: one launch's programs over a mixed
   batch (packed tiles of tokens x GQA group, split-K for the decode rows, the programs that exit).
@@ -17,17 +21,18 @@ import csv
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
-from ..attention.kernels.launch import SM_LIMITS
+from ..attention.kernels.launch import SM_LIMITS, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
 from .style import COLORS, FIGURE_WIDTH, wrap
 
-__all__ = ["GPU_SPECS", "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy",
-           "decode_kernel_map", "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth",
-           "read_bench_csv"]
+__all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "page_size_kernel_side", "tile_footprint",
+           "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy", "decode_kernel_map",
+           "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv"]
 
 
 def _spec(sms: int, dram_gb: int, l2_mb: int, peaks: str, capability: int) -> dict[str, float]:
@@ -116,6 +121,117 @@ def gpu_memory_hierarchy(gpu: str = "H100 SXM"):
     _arrow(ax, (7.65, 3.4), (7.65, 3.85))
     ax.set_title(wrap(f"Inside a GPU ({gpu}): the higher, the smaller and faster", FIGURE_WIDTH, 12),
                  fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+def tile_offsets(strides: tuple[int, ...], block: int, kv_head: int, block_size: int,
+                 head_dim: int) -> list[list[int]]:
+    """The element offsets a page's tile reads, as the kernel builds them:
+    ``rows = block * stride_block + offsets * stride_token + kv_head * stride_head`` (one per token
+    row), then ``rows[:, None] + dims[None, :]``: a ``[block_size, head_dim]`` grid of offsets."""
+    stride_block, stride_token, stride_head, stride_dim = strides
+    rows = [block * stride_block + t * stride_token + kv_head * stride_head for t in range(block_size)]
+    return [[r + d * stride_dim for d in range(head_dim)] for r in rows]
+
+
+def cache_tile_addresses(shape: tuple[int, int, int, int] = (6, 4, 2, 8), block: int = 3,
+                         kv_head: int = 1):
+    """Chapter 8: a contiguous ``key_cache [num_blocks, block_size, num_kv_heads, head_dim]`` is one
+    line of memory; its strides say how far apart neighbours are. Top: block ``block`` in memory,
+    one token's ``stride_token`` elements per row (every K/V head's dims), the elements of K/V head
+    ``kv_head`` highlighted. Bottom: the tile ``rows[:, None] + dims[None, :]``, a column of row
+    starts plus a row of dims, every cell labelled with the offset it reads."""
+    num_blocks, block_size, num_kv_heads, head_dim = shape
+    strides = (block_size * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1)
+    tile = tile_offsets(strides, block, kv_head, block_size, head_dim)
+    picked = {o for row in tile for o in row}
+    base = block * strides[0]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(5.4, 8.0), height_ratios=[1, 1.45])
+    # top: the block's elements in memory order, one token (stride_token elements) per row
+    width = strides[1]
+    for t in range(block_size):
+        for i in range(width):
+            offset = base + t * width + i
+            colour = COLORS["kv"] if offset in picked else COLORS["free"]
+            top.add_patch(Rectangle((i, t), 1, 1, facecolor=colour, edgecolor="white", lw=0.6))
+        top.text(-0.4, t + 0.5, f"token {t}: {base + t * width}", ha="right", va="center", fontsize=10)
+    for h in range(num_kv_heads):
+        top.text(h * head_dim + head_dim / 2, -0.3, f"head {h}", ha="center", va="bottom", fontsize=10)
+        if h:
+            top.plot([h * head_dim] * 2, [0, block_size], color="black", lw=1.2)
+    top.set_xlim(-7, width + 0.2)
+    top.set_ylim(block_size + 0.2, -1.4)
+    top.axis("off")
+    top.set_title(f"block {block} of key_cache {list(shape)} in memory,\nstrides {strides}: "
+                  f"K/V head {kv_head}'s elements in blue", fontsize=11)
+    # bottom: the tile as a broadcast sum
+    bottom.set_xlim(-3.6, head_dim + 0.2)
+    bottom.set_ylim(block_size + 2.6, -1.9)
+    bottom.axis("off")
+    for d in range(head_dim):
+        _box(bottom, d, -1.4, 1, 0.9, COLORS["accent"], str(d), size=10, text_colour="black")
+    bottom.text(-2.1, -0.95, "dims[None, :]", ha="center", va="center", fontsize=10)
+    for t in range(block_size):
+        _box(bottom, -3.4, t, 2.6, 1, COLORS["tail"], str(tile[t][0]), size=10, text_colour="black")
+        for d in range(head_dim):
+            _box(bottom, d, t, 1, 1, COLORS["kv"], str(tile[t][d]), size=10)
+    bottom.text(-2.1, -0.2, "rows[:, None]", ha="center", va="center", fontsize=10)
+    r, c = block_size - 1, min(5, head_dim - 1)
+    bottom.text(head_dim / 2 - 1.7, block_size + 0.8,
+                "rows = block * stride_block\n+ offsets * stride_token + kv_head * stride_head",
+                ha="center", va="center", fontsize=10)
+    bottom.text(head_dim / 2 - 1.7, block_size + 2.1,
+                f"row {r}, dim {c}: {block} x {strides[0]} + {r} x {strides[1]} + {kv_head} x "
+                f"{strides[2]} + {c} = {tile[r][c]}", ha="center", va="center", fontsize=11)
+    bottom.set_title("the tile rows[:, None] + dims[None, :]:\none offset per (row, dim)",
+                     fontsize=11, pad=4)
+    fig.tight_layout()
+    return fig
+
+
+def tile_footprint(page_size: int, head_dim: int = 128, seq_len: int = 2048, elem_bytes: int = 2) -> dict:
+    """What one K tile of the course's kernels touches with pages of ``page_size`` tokens: the tile
+    (``kv_tile``: tokens per step, the same at every page size), the distinct blocks it spans (at
+    most one per token), the bytes of each contiguous load (one token's row of one K/V head), and a
+    ``seq_len``-token request's block-table entries."""
+    tile = kv_tile(head_dim)
+    return dict(tile_tokens=tile, blocks_per_tile=-(-tile // page_size) if page_size < tile else 1,
+                row_bytes=head_dim * elem_bytes, tile_bytes=tile * head_dim * elem_bytes,
+                table_entries=-(-seq_len // page_size))
+
+
+def page_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
+                          page_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)):
+    """Chapter 9: the kernel side of the page size. Top, what changes: the distinct blocks one K
+    tile spans and a request's block-table entries. Bottom, what does not: the tile's bytes (so its
+    registers and shared memory) and the bytes of each contiguous row load."""
+    rows = [tile_footprint(b, head_dim, seq_len) for b in page_sizes]
+    fig, (left, right) = plt.subplots(2, 1, figsize=(5.4, 7.6), sharex=True)
+    left.plot(page_sizes, [r["blocks_per_tile"] for r in rows], "o-", color=COLORS["kv"],
+              label=f"blocks a {rows[0]['tile_tokens']}-token K tile spans")
+    left.plot(page_sizes, [r["table_entries"] for r in rows], "s--", color=COLORS["tail"],
+              label=f"table entries, {seq_len:,}-token request")
+    left.set_yscale("log", base=2)
+    left.set_ylabel("count (log scale)")
+    left.set_title("what the page size changes:\nlookups and scattering", fontsize=11)
+    right.plot(page_sizes, [r["tile_bytes"] / 1024 for r in rows], "o-", color=COLORS["shared"],
+               label=f"K tile: {rows[0]['tile_tokens']} tokens, {rows[0]['tile_bytes'] // 1024} KB")
+    right.plot(page_sizes, [r["row_bytes"] / 1024 for r in rows], "s--", color=COLORS["other"],
+               label=f"one load: a row of one head, {rows[0]['row_bytes']} B")
+    right.set_yscale("log", base=2)
+    right.set_ylim(0.1, 64)
+    right.set_ylabel("KB (log scale)")
+    right.set_title(f"what it does not: the tile and each load\n(head_dim {head_dim}, fp16)",
+                    fontsize=11)
+    right.set_xlabel("page size (tokens per block)")
+    for ax in (left, right):
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(page_sizes, [str(b) for b in page_sizes])
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=10, loc="upper right")
     fig.tight_layout()
     return fig
 

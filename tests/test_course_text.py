@@ -1,0 +1,65 @@
+"""Course text that once tripped a learner: each check reads the notebooks' sources (not outputs)."""
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def _markdown(name: str) -> str:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"
+                     and "exercise-help" not in c.metadata.get("tags", []))
+
+
+def _cells(name: str):
+    return nbformat.read(NOTEBOOKS / name, as_version=4).cells
+
+
+def test_the_five_request_mix_is_only_in_the_intro_chapter_2_and_chapter_4():
+    mix = re.compile(r"512,\s*37,\s*1,?900,\s*128(,| and)\s*4")
+    found = {p.name for p in NOTEBOOKS.glob("*.ipynb")
+             if any(mix.search(c.source) for c in _cells(p.name))}
+    assert found == {"02_reserve_max.ipynb", "04_pages.ipynb"}
+
+
+def test_chapter_11_does_not_lean_on_chapter_12_before_it():
+    text = _markdown("11_scheduling.ipynb")
+    body = text.split("**Next:**")[0]
+    assert "simulator of chapter 12" not in body and "Figure 13's batch sizes" not in body
+
+
+def test_chapter_8_step_c_states_the_query_shape():
+    text = " ".join(_markdown("08_triton_kernel.ipynb").split())
+    step_c = text[text.index("## Exercise (c)"):]
+    assert "`[num_seqs, head_dim]`" in step_c[:1200]
+
+
+def test_chapter_2_uses_reservation_in_the_papers_sense_only():
+    text = " ".join(_markdown("02_reserve_max.ipynb").split())
+    for whole_slot in ("each reservation splits", "in its reservation of", "each reservation a coloured",
+                       "Capacity is set by the reservation"):
+        assert whole_slot not in text
+
+
+def test_chapter_4_says_one_block_id_names_the_same_rows_in_every_layer():
+    assert "the same rows in every layer's tensor" in " ".join(_markdown("04_pages.ipynb").split())
+
+
+def test_chapter_7_asks_about_vllms_eviction_order_too():
+    sources = [c.source for c in _cells("07_prefix_caching.ipynb") if c.cell_type == "code"]
+    assert any("ex.evicted_prefix.check" in s for s in sources)
+    assert any("ex.evicted_prefix_v1.check" in s for s in sources)
+
+
+def test_the_collapsed_tangents_are_collapsed():
+    ch10 = _cells("10_serving_engine.ipynb")
+    live = next(c for c in ch10 if "peer.compare(" in c.source)
+    assert "hide-cell" in live.metadata.get("tags", [])
+    assert any(c.cell_type == "markdown" and c.source.startswith("<details>") and "near-ties" in c.source
+               for c in ch10)
+    ch05 = _cells("05_paged_attention.ipynb")
+    legacy = next(c for c in ch05 if "vLLM's legacy paged kernel" in c.source)
+    assert "<details>" in legacy.source
