@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from pagedlib.memory.block_manager import BlockManager
-from pagedlib.engine.scheduler import Scheduler, Sequence
+from pagedlib.engine.scheduler import Scheduler, SeqState
 from pagedlib.sim.loop import StepLoop
 from pagedlib.sim.paged import PagedPool
 from pagedlib.sim.request import SimRequest
@@ -22,7 +22,7 @@ def scheduler_log(workload=WORKLOAD, num_blocks=NUM_BLOCKS) -> list[tuple[list, 
     sched = Scheduler(BlockManager(num_blocks, BLOCK_SIZE), max_num_seqs=100)
     want = {}
     for rid, (prompt, output) in enumerate(workload):
-        sched.add(Sequence(seq_id=rid, request_id=rid, prompt=[0] * prompt, params=None))
+        sched.add(SeqState(seq_id=rid, request_id=rid, prompt=[0] * prompt, params=None))
         want[rid] = output
     log = []
     while sched.has_unfinished():
