@@ -300,9 +300,17 @@ class LLM:
     def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
         """Refuse, with a ``ValueError`` saying why, a request that cannot run; return its token ids
         (see :func:`pagedlib.engine.requests.check_request`)."""
-        return check_request(index, prompt, params, vocab_size=self.model.vocab_size,
-                             context_length=self.model.context_length, block_size=self.block_size,
-                             num_blocks=self.num_blocks, max_num_seqs=self.max_num_seqs)
+        tokens = check_request(index, prompt, params, vocab_size=self.model.vocab_size,
+                               context_length=self.model.context_length, block_size=self.block_size,
+                               num_blocks=self.num_blocks, max_num_seqs=self.max_num_seqs)
+        admission = self._scheduler_options["admission"]
+        need = params.n * cdiv(len(tokens) + params.max_new_tokens, self.block_size)
+        if admission != "on_demand" and need > self.num_blocks:
+            raise ValueError(f"prompts[{index}]: admission={admission!r} charges each of its n = {params.n} "
+                             f"samples its longest, {need} blocks in all, more than the cache's "
+                             f"{self.num_blocks}, so it could never be admitted; raise num_blocks or lower n "
+                             "or max_new_tokens.")
+        return tokens
 
     # ---- metrics ---------------------------------------------------------------------------------
     def reset_metrics(self) -> None:
