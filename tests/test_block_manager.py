@@ -116,7 +116,7 @@ def test_id_errors(caching):
 
 
 def test_bad_token_ids_with_caching_change_nothing():
-    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm = BlockManager(8, 2, enable_prefix_caching=True, prefix_caching_hash="blake2")
     bm.allocate("a", [1])
     before = state(bm)
     with pytest.raises(ValueError, match="token ids"):
@@ -217,7 +217,7 @@ def test_blocks_filled_by_append_enter_the_cache():
 
 def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
     monkeypatch.setattr(bm_module, "block_hash", lambda parent, tokens: b"same")
-    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm = BlockManager(8, 2, enable_prefix_caching=True, prefix_caching_hash="blake2")
     bm.allocate("a", [1, 2, 3])
     assert bm.allocate("b", [5, 6, 3]) == 0    # same name, other tokens: a miss
     assert bm.allocate("c", [1, 2, 3]) == 2
@@ -403,6 +403,20 @@ def test_memory_benchmark_runs_and_prints_the_reproduce_command(capsys):
     assert "reproduce: python -m pagedlib.bench memory --pools 256,4096" in out
 
 
+def test_the_comparison_with_nano_vllm_skips_with_a_message_without_its_checkout(capsys, tmp_path):
+    from pagedlib.bench.__main__ import main
+    assert main(["memory", "--against", "nano-vllm", str(tmp_path)]) == 0
+    assert "skipped the comparison with nano-vllm: no nanovllm/engine/block_manager.py" in capsys.readouterr().out
+
+
+def test_the_serving_trace_runs_on_pagedlib_alone():
+    from pagedlib.bench.serving_trace import make_trace, pool_size, run_pagedlib
+    prompts, events = make_trace(num_requests=40, running=8)
+    assert {e[0] for e in events} == {"admit", "decode", "free"}
+    assert sum(e[0] == "admit" for e in events) == sum(e[0] == "free" for e in events) == 40
+    assert run_pagedlib(prompts, events, pool_size(prompts, 16, running=8), 16) > 0
+
+
 # ---- commit: only blocks whose K/V exists can be hit ---------------------------------------------
 def test_blocks_are_hit_only_once_committed():
     bm = BlockManager(16, 4, enable_prefix_caching=True)
@@ -451,10 +465,13 @@ def parent_blind(parent, tokens):
     return bytes(str(tuple(tokens)), "ascii")
 
 
+BLAKE2 = {"prefix_caching_hash": "blake2"} if hasattr(bm_module, "HASHES") else {}   # the old code had only it
+
+
 def test_a_colliding_name_cannot_hand_out_a_block_computed_after_another_prefix(monkeypatch):
     """Failed on the old code (it checked only the block's own tokens): P got S's second block."""
     monkeypatch.setattr(bm_module, "block_hash", parent_blind)
-    bm = BlockManager(16, 4, enable_prefix_caching=True)
+    bm = BlockManager(16, 4, enable_prefix_caching=True, **BLAKE2)
     bm.allocate("Q", [1, 2, 3, 4, 0])                              # caches the block [1, 2, 3, 4]
     bm.allocate("S", [9, 9, 9, 9, 5, 6, 7, 8, 0])                  # [5, 6, 7, 8] after another prefix
     s_second = bm.block_table("S")[1]

@@ -99,7 +99,7 @@ class LLM:
     def __init__(self, model: PagedModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
                  enable_prefix_caching: bool = False, max_num_batched_tokens: int | None = None, *,
                  scheduling: str = "vllm", admission: str = "on_demand", long_prefill_token_threshold: int = 0,
-                 prefix_caching_hash: str = "blake2"):
+                 prefix_caching_hash: str = "builtin"):
         if not isinstance(model, PagedModel):
             raise TypeError(f"model must be a paged model (pagedlib.GPT2, pagedlib.Llama, or anything with "
                             f"the pagedlib.models.layers.PagedModel protocol); got {type(model).__name__}. "

@@ -29,8 +29,10 @@ registration gets a serial number, and a block records its parent's), so even tw
 names collide can never be handed each other's K/V: the whole chain is checked, not only the last
 block. ``cache_salt`` (per sequence, as vLLM's API has) starts the chain from a different root, so
 tenants with different salts never share a block, nor learn from a hit's speed what another tenant
-sent. ``prefix_caching_hash`` picks the name: ``"blake2"`` (:func:`block_hash`, chapter 7),
-``"sha256"`` or ``"builtin"`` (Python's ``hash`` of a tuple, the fastest).
+sent. ``prefix_caching_hash`` picks the name: ``"builtin"`` (the default: Python's ``hash`` of the
+parent's name and the token tuple, the fastest), ``"blake2"`` (:func:`block_hash`, the 128-bit digest
+chapter 7 builds) or ``"sha256"`` (vLLM's default). vLLM needs a strong hash because a hit there is
+trusted on its name alone; here a hit is checked, so the name only has to be fast.
 
 When a block enters the cache. Only a *committed* block can be hit. :meth:`commit` registers the
 full blocks among a sequence's first ``num_tokens`` tokens, once the caller guarantees that their K/V
@@ -117,9 +119,9 @@ def _builtin_hash(parent_hash, token_ids: Sequence[int]) -> int:
     return hash((parent_hash, tuple(token_ids)))
 
 
-# the names ``prefix_caching_hash`` can pick (blake2 looks block_hash up at call time, so a test can swap it)
-HASHES: dict[str, Callable] = {"blake2": lambda parent, tokens: block_hash(parent, tokens),
-                               "sha256": _sha256_hash, "builtin": _builtin_hash}
+# the names ``prefix_caching_hash`` can pick (a manager looks block_hash up when it is built, so a
+# test can swap in a colliding one)
+HASHES: dict[str, Callable] = {"blake2": block_hash, "sha256": _sha256_hash, "builtin": _builtin_hash}
 
 
 class _Seq:
@@ -148,7 +150,7 @@ class BlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, *,
-                 null_block: bool = False, prefix_caching_hash: str = "blake2"):
+                 null_block: bool = False, prefix_caching_hash: str = "builtin"):
         self.num_blocks = positive_int("num_blocks", num_blocks)
         self.block_size = positive_int("block_size", block_size)
         if prefix_caching_hash not in HASHES:
@@ -159,7 +161,7 @@ class BlockManager:
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.prefix_caching_hash = prefix_caching_hash
         self.null_block: int | None = NULL_BLOCK if null_block else None
-        self._hash = HASHES[prefix_caching_hash]
+        self._hash = block_hash if prefix_caching_hash == "blake2" else HASHES[prefix_caching_hash]
         self._ref = [0] * num_blocks
         first = 1 if null_block else 0
         self._fresh: deque[int] = deque(range(first, num_blocks))   # free, holding nothing worth keeping
@@ -264,13 +266,14 @@ class BlockManager:
         when it is partly filled and shared. ``token_id`` is not stored (the caller owns the tokens
         and passes them to :meth:`commit`); it is accepted so that the lessons can say which token.
         """
-        seq = self._seq(seq_id, "append")
-        have, bs = seq.num_tokens, self.block_size
-        if have % bs == 0:                         # last block full (or none): grow by one block (hot path)
+        seq = self._seqs.get(seq_id) or self._seq(seq_id, "append")
+        have = seq.num_tokens
+        if have % self.block_size == 0:            # last block full (or none): grow by one block
             seq.table.append(self._take_one(seq_id, "append"))
-            seq.num_tokens = have + 1
-            return []
-        return self.allocate_slots(seq_id, have + 1)
+        elif self._ref[seq.table[-1]] > 1:         # shared, partly filled: copy on write
+            return self.allocate_slots(seq_id, have + 1)
+        seq.num_tokens = have + 1                  # usually: a free slot in its last block
+        return []
 
     def commit(self, seq_id: Hashable, num_tokens: int, token_ids: Sequence[int] = ()) -> None:
         """Enter the full blocks among the sequence's first ``num_tokens`` tokens in the prefix cache
@@ -281,14 +284,14 @@ class BlockManager:
         Call it once their K/V is written, or (the scheduler's way) when they are scheduled into a
         single forward pass that writes every layer's K/V before that layer's attention reads.
         """
-        seq = self._seq(seq_id, "commit")
+        seq = self._seqs.get(seq_id) or self._seq(seq_id, "commit")
         if not 0 <= num_tokens <= seq.num_tokens:
             raise ValueError(f"commit({seq_id!r}, {num_tokens}): num_tokens must be in "
                              f"[0, {seq.num_tokens}], the tokens the sequence holds slots for")
         bs = self.block_size
         full = num_tokens // bs
         keys = seq.keys
-        if not self.enable_prefix_caching or full <= len(keys):
+        if full <= len(keys) or not self.enable_prefix_caching:   # usually: no block newly full
             return
         if len(token_ids) < full * bs:
             raise ValueError(f"commit({seq_id!r}, {num_tokens}): token_ids holds {len(token_ids)} tokens; "
