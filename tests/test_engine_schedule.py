@@ -441,3 +441,52 @@ def test_a_request_no_policy_would_ever_admit_is_an_error_not_a_hang():
     llm.scheduler.can_admit = lambda seq: False                   # a broken admission rule
     with pytest.raises(RuntimeError, match="request 0 cannot be admitted even into an empty cache"):
         llm.generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)
+
+
+# ---- resumed prefixes, tenants, latency as engines report it ---------------------------------------------
+def test_a_preempted_request_resumes_on_its_cached_blocks_and_the_saving_is_counted():
+    prompts = [tokens(12, seed=s) for s in range(3)]
+    llm = LLM(paged_model(), num_blocks=10, block_size=4, enable_prefix_caching=True)
+    outs = llm.generate(prompts, max_new_tokens=12, use_tqdm=False)
+    assert outs == [reference(tuple(p), 12) for p in prompts]
+    m = llm.metrics
+    assert m["preemptions"] > 0 and m["resumed_hit_tokens"] > 0
+    assert m["resumed_hit_tokens"] <= m["prefix_hit_tokens"] and m["resumed_hit_tokens"] % 4 == 0
+    plain = LLM(paged_model(), num_blocks=10, block_size=4)
+    assert plain.generate(prompts, max_new_tokens=12, use_tqdm=False) == outs
+    assert plain.metrics["resumed_hit_tokens"] == 0
+    assert m["prompt_tokens_computed"] + m["resumed_hit_tokens"] <= plain.metrics["prompt_tokens_computed"]
+
+
+def test_a_cache_salt_keeps_requests_from_sharing_blocks():
+    prompt = tokens(13, seed=4)
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, enable_prefix_caching=True)
+    for salt, hits in [("alice", 0), ("bob", 0), ("alice", 12), (None, 0)]:
+        request = llm.add_request(prompt, SamplingParams(max_new_tokens=2), cache_salt=salt)
+        while llm.scheduler.has_unfinished():
+            llm.step()
+        assert llm.pop_result(request) == reference(tuple(prompt), 2)
+        assert llm.metrics["requests"][-1]["num_cached_tokens"] == hits
+
+
+def test_latency_percentiles_and_goodput():
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_batched_tokens=8)
+    llm.generate([tokens(10, seed=s) for s in range(4)], max_new_tokens=5, use_tqdm=False)
+    m = llm.metrics
+    requests = m["requests"]
+    assert all(len(r["itl_s"]) == 4 and r["tpot_s"] == pytest.approx(sum(r["itl_s"]) / 4) for r in requests)
+    ttft = sorted(r["ttft_s"] for r in requests)
+    assert ttft[0] <= m["ttft_p50_s"] <= m["ttft_p90_s"] <= m["ttft_p99_s"] <= ttft[-1]
+    assert 0 < m["itl_p50_s"] <= m["itl_p99_s"]
+    assert m.goodput(ttft_slo_s=1e9, tpot_slo_s=1e9) == pytest.approx(4 / m["elapsed_s"])
+    assert m.goodput(ttft_slo_s=0.0, tpot_slo_s=1e9) == 0.0 and m.slo_attainment(1e9, 1e9) == 1.0
+
+
+def test_reset_metrics_changes_nothing_in_the_engine():
+    llm = LLM(paged_model(), num_blocks=10, block_size=4)
+    llm.generate([tokens(12, seed=s) for s in range(3)], max_new_tokens=12, use_tqdm=False)
+    before = (llm.scheduler.num_preemptions, llm.block_manager.hit_tokens)
+    assert before[0] > 0
+    llm.reset_metrics()
+    assert (llm.scheduler.num_preemptions, llm.block_manager.hit_tokens) == before
+    assert llm.metrics["preemptions"] == 0
