@@ -309,3 +309,29 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
         assert seq.status is Status.FINISHED and len(seq.output) == want
         assert seq.output == [(len(seq.prompt) + i) % 5 for i in range(want)]
     assert bm.num_used_blocks == 0
+
+
+def test_decode_first_never_preempts_a_decode_it_has_already_scheduled():
+    """A prefill that runs out of blocks after the decodes were scheduled must not pick one of them
+    (newer than it) as the victim: that sequence would be in the batch with its blocks freed."""
+    sched = Scheduler(BlockManager(3, 4), 4, max_num_batched_tokens=5, scheduling="decode_first",
+                      long_prefill_token_threshold=2)
+    arrivals = {2: [(0, 1, 5), (2, 3, 5), (3, 4, 5), (4, 8, 2)], 4: [(1, 5, 3)]}   # step: (id, prompt, output)
+    todo = []
+    for t in range(300):
+        for i, p, o in arrivals.pop(t, []):
+            seq = SeqState(seq_id=i, request_id=i, prompt=list(range(p)), params=Params(o))
+            sched.add(seq)
+            todo.append(seq)
+        if not sched.has_unfinished() and not arrivals:
+            break
+        if not sched.has_unfinished():
+            continue
+        step = sched.schedule()
+        assert set(step.seqs) <= set(sched.running) and not set(step.seqs) & set(step.preempted)
+        for seq in step.seqs:
+            if seq.all_computed:
+                seq.output.append(0)
+                if len(seq.output) == seq.params.max_new_tokens:
+                    sched.finish(seq)
+    assert all(s.status is Status.FINISHED for s in todo)

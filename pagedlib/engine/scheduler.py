@@ -250,8 +250,9 @@ class Scheduler:
 
     def _schedule_running(self, step: ScheduledStep, budget: float, wanted) -> float:
         """Give each running sequence ``wanted`` picks (oldest first) the tokens it owes, within the
-        budget. Out of blocks, preempt the newest running sequence (possibly the one that asked;
-        never one already scheduled, since those are older) and try again."""
+        budget. Out of blocks, preempt the newest running sequence not scheduled in this step
+        (possibly the one that asked; in vLLM's order those scheduled are all older anyway, in
+        decode-first order a newer decode may already be in the batch) and try again."""
         scheduled = {id(s) for s in step.seqs}
         i = 0
         while i < len(self.running) and budget > 0:
@@ -267,10 +268,10 @@ class Scheduler:
             try:
                 step.copies += self.block_manager.allocate_slots(seq.seq_id, seq.num_computed_tokens + n)
             except OutOfBlocks:
-                victim = self.running[-1]       # the newest
-                self.preempt(victim)
+                victim = next(s for s in reversed(self.running) if id(s) not in scheduled)  # the newest
+                self.preempt(victim)            # not yet scheduled (seq itself, at worst)
                 step.preempted.append(victim)
-                continue                        # retry seq (unless it was the victim)
+                continue                        # retry seq, unless it was the victim
             self._computed(step, seq, n, decode)
             budget -= n
             i += 1
