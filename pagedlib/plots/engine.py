@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt
 
 from .style import COLORS
 
-__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies"]
+__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
+           "admission_policies"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -172,4 +173,71 @@ def budget_latencies(rows: list[dict], title: str = "What a token budget trades"
         ax.set_ylabel(ylabel, fontsize=10)
         ax.margins(y=0.15)
         ax.tick_params(labelsize=10)
+    return fig
+
+
+def _check_rows(rows: list[dict], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        missing = [i for i, row in enumerate(rows) if key not in row]
+        if missing:
+            raise ValueError(f"rows must each have {key!r}; rows {missing} do not")
+
+
+def latency_percentiles(rows: list[dict], label: str = "scheduling",
+                        title: str = "Latency percentiles and throughput"):
+    """Three panels, one group of bars per row (a scheduling order, say): TTFT at p50 / p90 / p99
+    (left), inter-token latency at p50 / p90 / p99 (middle, ms), throughput (right). ``rows``: dicts
+    with ``label``, ``ttft_p50_s`` ... ``ttft_p99_s``, ``itl_p50_s`` ... ``itl_p99_s`` and ``tokens_per_s``."""
+    qs = ("p50", "p90", "p99")
+    _check_rows(rows, (label, "tokens_per_s") + tuple(f"{m}_{q}_s" for m in ("ttft", "itl") for q in qs))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    width = 0.8 / len(rows)
+    colours = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"]]
+    for ax, metric, scale, ylabel in ((axes[0], "ttft", 1.0, "time to first token (s)"),
+                                      (axes[1], "itl", 1e3, "inter-token latency (ms)")):
+        for k, row in enumerate(rows):
+            xs = [i + (k - (len(rows) - 1) / 2) * width for i in range(len(qs))]
+            bars = ax.bar(xs, [row[f"{metric}_{q}_s"] * scale for q in qs], width, label=str(row[label]),
+                          color=colours[k % len(colours)])
+            ax.bar_label(bars, fmt="%.3g", fontsize=8)
+        ax.set_xticks(range(len(qs)), qs)
+        ax.set_xlabel("percentile", fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.margins(y=0.18)
+    axes[0].legend(fontsize=9, title=label, title_fontsize=9)
+    labels = [str(row[label]) for row in rows]
+    bars = axes[2].bar(labels, [row["tokens_per_s"] for row in rows],
+                       color=[colours[k % len(colours)] for k in range(len(rows))])
+    axes[2].bar_label(bars, fmt="%.0f", fontsize=9)
+    axes[2].set_ylabel("generated tokens per second", fontsize=10)
+    axes[2].set_xlabel(label, fontsize=10)
+    axes[2].margins(y=0.15)
+    return fig
+
+
+def admission_policies(rows: list[dict], num_blocks: int,
+                       title: str = "Three admission policies, one engine, one workload"):
+    """One bar per admission policy in five panels: throughput, preemptions, peak blocks in use (the
+    cache's size dashed), p99 time to first token and p99 inter-token latency. ``rows``: dicts with
+    ``admission``, ``tokens_per_s``, ``preemptions``, ``peak_blocks``, ``ttft_p99_s``, ``itl_p99_s``."""
+    keys = ("tokens_per_s", "preemptions", "peak_blocks", "ttft_p99_s", "itl_p99_s")
+    _check_rows(rows, ("admission",) + keys)
+    labels = [row["admission"] for row in rows]
+    colours = [COLORS["kv"], COLORS["shared"], COLORS["tail"]]
+    fig, axes = plt.subplots(1, 5, figsize=(14, 3.6), layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    panels = (("tokens_per_s", 1.0, "tokens per second", "%.0f"),
+              ("preemptions", 1.0, "preemptions", "%d"),
+              ("peak_blocks", 1.0, "peak blocks in use", "%d"),
+              ("ttft_p99_s", 1.0, "p99 time to first token (s)", "%.3g"),
+              ("itl_p99_s", 1e3, "p99 inter-token latency (ms)", "%.3g"))
+    for ax, (key, scale, ylabel, fmt) in zip(axes, panels):
+        bars = ax.bar(labels, [row[key] * scale for row in rows], color=colours[:len(rows)])
+        ax.bar_label(bars, fmt=fmt, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.tick_params(axis="x", labelsize=9, rotation=20)
+        ax.margins(y=0.18)
+    axes[2].axhline(num_blocks, color="black", linestyle="--", linewidth=1)
+    axes[2].set_title(f"dashed: the cache, {num_blocks} blocks", fontsize=9)
     return fig
