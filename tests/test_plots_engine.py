@@ -54,7 +54,7 @@ def test_admission_policies_draws_five_panels_of_three_bars():
     assert len(fig.axes) == 5 and all(len(ax.patches) == 3 for ax in fig.axes)
     assert [p.get_height() for p in fig.axes[1].patches] == [106, 0, 4]
     assert fig.axes[2].lines[0].get_ydata()[0] == 40
-    with pytest.raises(ValueError, match="'preemptions'"):
+    with pytest.raises(ValueError, match="rows must each have 'tokens_per_s'"):
         admission_policies([{"admission": "x"}], 40)
 
 
