@@ -200,18 +200,19 @@ def latency_percentiles(rows: list[dict], label: str = "scheduling",
             xs = [i + (k - (len(rows) - 1) / 2) * width for i in range(len(qs))]
             bars = ax.bar(xs, [row[f"{metric}_{q}_s"] * scale for q in qs], width, label=str(row[label]),
                           color=colours[k % len(colours)])
-            ax.bar_label(bars, fmt="%.3g", fontsize=8)
+            ax.bar_label(bars, fmt="%.3g", fontsize=7)
         ax.set_xticks(range(len(qs)), qs)
         ax.set_xlabel("percentile", fontsize=10)
         ax.set_ylabel(ylabel, fontsize=10)
         ax.margins(y=0.18)
-    axes[0].legend(fontsize=9, title=label, title_fontsize=9)
+    axes[0].legend(fontsize=8, title=label, title_fontsize=8, loc="upper left")
     labels = [str(row[label]) for row in rows]
     bars = axes[2].bar(labels, [row["tokens_per_s"] for row in rows],
                        color=[colours[k % len(colours)] for k in range(len(rows))])
     axes[2].bar_label(bars, fmt="%.0f", fontsize=9)
     axes[2].set_ylabel("generated tokens per second", fontsize=10)
     axes[2].set_xlabel(label, fontsize=10)
+    axes[2].tick_params(axis="x", labelsize=8)
     axes[2].margins(y=0.15)
     return fig
 
