@@ -1,6 +1,7 @@
 # Paged attention from scratch: two commands do everything.
 #   make test   unit tests + every notebook under nbval (stored outputs must be current)
 #   make book   the static website, built strictly, into _build/html
+#   make unit   the quick loop: unit tests without the slow ones (about 3 minutes on 2 cores)
 #   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
 # Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
 PYTHON ?= python3
@@ -28,8 +29,9 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile tests notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600
 
+# the quick loop: every test but the slow ones (browser, notebook runs, fresh venvs, subprocesses)
 unit: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) tests
+	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
 
 nbval: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile notebooks --nbval \

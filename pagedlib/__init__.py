@@ -9,7 +9,7 @@ module                          idea                                            
                                 and the torch / triton / numpy combinations
 ``claims``                      claims that say which setting changed when they     every
                                 fail
-``validation``                  the one check of count arguments; ``cdiv``          -
+``validation``                  what counts as an integer argument; ``cdiv``        -
 ``lazy``                        submodules loaded on first use                      -
 ``memory.capacity``             KV bytes per token, reserve-max vs paged plans,     1, 2, 4, 12
                                 GPUs
@@ -61,7 +61,7 @@ _EXPORTS = {
     # memory
     "pages_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
     "Plan": "memory.capacity", "ModelSpec": "memory.capacity", "MODELS": "memory.capacity",
-    "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity",
+    "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity", "requests_that_fit": "memory.capacity",
     "ReserveMaxAllocator": "memory.allocators", "FirstFitAllocator": "memory.allocators",
     "BlockManager": "memory.block_manager", "OutOfBlocks": "memory.block_manager",
     # attention

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import operator
 
-__all__ = ["cdiv", "nonnegative_int", "positive_int"]
+__all__ = ["as_int", "cdiv", "nonnegative_int", "positive_int"]
 
 
 def cdiv(a, b):
@@ -16,7 +16,9 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def _integer(value):
+def as_int(value) -> int | None:
+    """``value`` as a Python ``int`` if it is an integer (numpy integers too, ``bool`` not), else ``None``:
+    the one place that decides what counts as an integer argument."""
     try:
         return None if isinstance(value, bool) else operator.index(value)
     except TypeError:
@@ -26,7 +28,7 @@ def _integer(value):
 def nonnegative_int(name: str, value, what: str = "") -> int:
     """``value`` as an ``int`` if it is an integer >= 0 (not a ``bool``); else a ``ValueError`` that
     names the argument, like :func:`positive_int`."""
-    number = _integer(value)
+    number = as_int(value)
     if number is None or number < 0:
         unit = f" number of {what}" if what else ""
         raise ValueError(f"{name} must be a non-negative integer{unit}; got {value!r}")
@@ -37,7 +39,7 @@ def positive_int(name: str, value, what: str = "") -> int:
     """``value`` as an ``int`` if it is an integer >= 1 (not a ``bool``); else a ``ValueError`` that
     names the argument: ``"num_blocks must be a positive integer; got 0"``. ``what`` adds the unit
     (``"slots"``) to the message."""
-    number = _integer(value)
+    number = as_int(value)
     if number is None or number < 1:
         unit = f" number of {what}" if what else ""
         raise ValueError(f"{name} must be a positive integer{unit}; got {value!r}")

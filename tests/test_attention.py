@@ -153,6 +153,7 @@ def test_kv_tile_halves_for_fp32_rows():
     assert kv_tile(256, torch.float32) == 16 and kv_tile(128, torch.bfloat16) == 64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("capability", [(7, 5), (9, 0)], ids=["t4", "h100"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_gpus_launch_configuration_gives_the_same_results(dtype, capability):
@@ -248,6 +249,7 @@ def prefill_args(query, x, starts):
     return (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [0, 40], ids=["exact", "larger"])
 def test_prefill_with_max_query_len_gives_identical_output(extra):
     """The true longest chunk (70 tokens: 3 query tiles) or a larger bound gives bit-identical output."""

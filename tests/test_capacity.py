@@ -70,7 +70,7 @@ def test_kv_bytes_per_token():
     assert MODELS["opt-13b"].kv_bytes_per_token == 819_200 == 800 * KiB
     assert MODELS["llama-3-8b"].kv_bytes_per_token == 131_072 == 128 * KiB
     assert MODELS["llama-2-7b"].kv_bytes_per_token == 512 * KiB
-    assert MODELS["mistral-7b"].kv_bytes_per_token == 128 * KiB
+    assert MODELS["mistral-7b-v0.1"].kv_bytes_per_token == 128 * KiB   # per token inside its window
     assert MODELS["gpt2"].kv_bytes_per_token == 2 * 12 * 12 * 64 * 2
     spec = ModelSpec("toy", num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, num_params=10, max_len=64,
                      dtype_bytes=4)
@@ -100,8 +100,8 @@ def test_llama_3_8b_does_not_fit_a_t4():
 
 
 def test_one_memory_utilisation_rule():
-    assert GPU_MEMORY_UTILIZATION == 0.9                      # vLLM's gpu_memory_utilization default
-    assert usable_memory("T4") == int(GPUS["T4"].memory_bytes * 0.9)
+    assert GPU_MEMORY_UTILIZATION == 0.92                     # vLLM's gpu_memory_utilization default (v0.21+)
+    assert usable_memory("T4") == int(GPUS["T4"].memory_bytes * 0.92)
     assert usable_memory(10**9, 1.0) == 10**9
     spec = MODELS["gpt2"]
     budget = usable_memory("A100-40GB") - spec.weights_bytes
@@ -115,9 +115,9 @@ def test_one_memory_utilisation_rule():
 def test_blocks_for_gpu_follows_the_engine_formula():
     spec = MODELS["opt-13b"]
     mem, act = 40 * GiB, 2 * GiB
-    expected = (int(mem * 0.9) - spec.weights_bytes - act) // (16 * spec.kv_bytes_per_token)
+    expected = (int(mem * 0.92) - spec.weights_bytes - act) // (16 * spec.kv_bytes_per_token)
     assert blocks_for_gpu("opt-13b", mem, 16, activation_bytes=act) == expected
-    usable = int(GPUS["A100-40GB"].memory_bytes * 0.9)
+    usable = int(GPUS["A100-40GB"].memory_bytes * 0.92)
     expected = (usable - spec.weights_bytes - act) // (16 * spec.kv_bytes_per_token)
     assert blocks_for_gpu(spec, "A100-40GB", 16, activation_bytes=act) == expected
     # the paper's setup: about 12 GB of cache on an A100-40GB, i.e. about 15.7K token slots
@@ -147,3 +147,139 @@ def test_numpy_integers_are_accepted():
     assert plan.allocated == 2608 and plan.capacity(np.int64(40_960)) == 78
     assert pages_for(np.int32(37), 16) == 3
     assert type(plan.rows[0].length) is int
+
+
+# ---- shapes beyond 2 x layers x kv_heads x head_dim x bytes ---------------------------------------
+from hypothesis import given, strategies as st
+
+from pagedlib.memory.capacity import requests_that_fit
+
+
+def _plain(**kw):
+    base = dict(name="toy", num_layers=4, num_heads=8, num_kv_heads=4, head_dim=16, num_params=1000,
+                max_len=1 << 20)
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def test_a_plain_model_keeps_one_figure_per_token():
+    spec = MODELS["llama-3.1-8b"]
+    assert spec.is_uniform and spec.kv_bytes_per_token == 128 * KiB
+    assert spec.kv_bytes(32_768) == 32_768 * 128 * KiB == 4 * GiB
+    assert spec.kv_bytes_per_token_at(100_000) == 128 * KiB
+
+
+@given(seq=st.integers(0, 200_000), window=st.integers(1, 8192), sliding=st.integers(0, 4))
+def test_sliding_layers_hold_at_most_their_window(seq, window, sliding):
+    spec = _plain(sliding_window=window, num_sliding_layers=sliding)
+    per_layer = 2 * 4 * 16 * 2
+    held = (4 - sliding) * seq + sliding * min(seq, window)
+    assert spec.kv_bytes(seq) == held * per_layer
+    full = _plain()
+    assert spec.kv_bytes(seq) <= full.kv_bytes(seq)
+    assert (spec.kv_bytes(seq) == full.kv_bytes(seq)) == (seq <= window or sliding == 0)
+
+
+def test_mistral_v01_keeps_only_its_4096_token_window():
+    spec = MODELS["mistral-7b-v0.1"]
+    assert spec.sliding_window == 4096 and spec.num_windowed_layers == 32
+    assert spec.kv_bytes(32_768) == spec.kv_bytes(4096) == 4096 * 128 * KiB   # 8x less than 32,768 tokens
+    assert spec.kv_bytes(2048) == 2048 * 128 * KiB
+
+
+def test_gemma3_local_global_mix():
+    spec = MODELS["gemma-3-27b"]
+    # 62 layers, every sixth global: 10 global, 52 local layers of 1,024 tokens
+    assert (spec.num_global_layers, spec.num_windowed_layers, spec.sliding_window) == (10, 52, 1024)
+    per_layer = 2 * 16 * 128 * 2
+    assert spec.kv_bytes(131_072) == per_layer * (10 * 131_072 + 52 * 1024)
+    assert spec.kv_bytes(1000) == 62 * per_layer * 1000
+
+
+def test_gpt_oss_alternates_full_and_banded_layers():
+    spec = MODELS["gpt-oss-120b"]
+    assert (spec.num_global_layers, spec.num_windowed_layers, spec.sliding_window) == (18, 18, 128)
+    per_layer = 2 * 8 * 64 * 2
+    assert spec.kv_bytes(65_536) == per_layer * (18 * 65_536 + 18 * 128)
+
+
+def test_mla_caches_one_latent_per_token_and_layer():
+    spec = MODELS["deepseek-v3"]
+    assert spec.kv_latent_dim == 512 + 64 and spec.num_layers == 61
+    assert spec.kv_bytes_per_token == 61 * 576 * 2 == 70_272
+    # what the same 128 heads of 128-dim K and 128-dim V would cost without the latent
+    assert 61 * 128 * (192 + 128) * 2 // spec.kv_bytes_per_token == 71
+    # the latent has no heads to shard: every tensor-parallel rank keeps all of it
+    assert spec.replace(tensor_parallel_size=8).kv_bytes_per_token == spec.kv_bytes_per_token
+
+
+def test_hybrid_layers_keep_a_fixed_state_per_sequence():
+    spec = MODELS["qwen3-coder-next"]
+    assert (spec.num_layers, spec.num_state_layers, spec.num_attention_layers) == (48, 36, 12)
+    state = 36 * (32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3) * 2
+    assert spec.state_bytes_per_seq == state
+    assert spec.kv_bytes(0) == state                          # a sequence costs its state before any token
+    assert spec.kv_bytes(10_000) - spec.kv_bytes(5_000) == 5_000 * 12 * 2 * 2 * 256 * 2
+    assert spec.kv_bytes(100, batch_size=3) == 3 * spec.kv_bytes(100)
+
+
+@given(bytes_=st.sampled_from([2, 1, 0.5]), seq=st.integers(0, 50_000))
+def test_kv_dtype_scales_the_cache_not_the_weights(bytes_, seq):
+    spec = _plain(kv_dtype_bytes=bytes_)
+    assert spec.kv_bytes(seq) * 2 == _plain().kv_bytes(seq) * bytes_
+    assert spec.weights_bytes == _plain().weights_bytes
+
+
+def test_fp8_and_4bit_kv_halve_and_quarter_the_cache():
+    llama = MODELS["llama-3.1-8b"]
+    assert llama.replace(kv_dtype_bytes=1).kv_bytes_per_token == 64 * KiB
+    assert llama.replace(kv_dtype_bytes=0.5).kv_bytes_per_token == 32 * KiB
+
+
+@given(tp=st.sampled_from([1, 2, 4, 8, 16, 32]))
+def test_tensor_parallel_shards_kv_heads_then_replicates(tp):
+    spec = MODELS["llama-3-70b"]                                # 8 KV heads
+    sharded = spec.replace(tensor_parallel_size=tp)
+    assert sharded.kv_heads_per_gpu == max(1, 8 // tp)
+    assert sharded.kv_bytes_per_token == 80 * 2 * max(1, 8 // tp) * 128 * 2
+    # all GPUs together: the full cache while TP <= 8, then copies of heads
+    assert sharded.kv_bytes_per_token * tp == spec.kv_bytes_per_token * max(1, tp // 8)
+    assert sharded.weights_bytes == -(-spec.weights_bytes // tp)
+
+
+def test_tensor_parallel_errors_name_the_fix():
+    with pytest.raises(ValueError, match="tensor_parallel_size=3.*num_kv_heads=8"):
+        MODELS["llama-3-70b"].replace(tensor_parallel_size=3)
+    with pytest.raises(ValueError, match="num_sliding_layers"):
+        _plain(sliding_window=16, num_sliding_layers=5)
+    with pytest.raises(ValueError, match="kv_dtype_bytes"):
+        _plain(kv_dtype_bytes=0)
+    with pytest.raises(ValueError, match="num_state_layers"):
+        _plain(num_state_layers=4)
+
+
+def test_requests_that_fit_follows_the_shape():
+    # one formula for every shape: the budget over one request's cache at its length
+    for name in ["llama-3.1-8b", "gemma-3-27b", "mistral-7b-v0.1", "qwen3-8b"]:
+        spec = MODELS[name]
+        budget = usable_memory("H200") - spec.weights_bytes
+        assert requests_that_fit(spec, "H200", 32_768) == budget // spec.kv_bytes(32_768), name
+    assert requests_that_fit("llama-3-8b", "T4", 2048) == 0
+    gemma, llama = MODELS["gemma-3-27b"], MODELS["llama-3.1-8b"]
+    # at 128K, Gemma 3's local layers keep its cache below Llama's although it has twice the layers
+    assert gemma.kv_bytes(131_072) < llama.kv_bytes(131_072) < gemma.replace(sliding_window=None).kv_bytes(131_072)
+    with pytest.raises(ValueError, match="seq_len"):
+        requests_that_fit(llama, "H200", 0)
+    with pytest.raises(ValueError, match="past qwen3-8b's max_len=40,960"):
+        requests_that_fit("qwen3-8b", "H200", 131_072)
+
+
+def test_modern_configs_are_the_published_ones():
+    # config.json values (sourced constants): layers, heads, KV heads, head dim
+    shapes = {"llama-3.1-8b": (32, 32, 8, 128, 131_072), "qwen3-8b": (36, 32, 8, 128, 40_960),
+              "gemma-3-27b": (62, 32, 16, 128, 131_072), "gpt-oss-120b": (36, 64, 8, 64, 131_072)}
+    for name, shape in shapes.items():
+        s = MODELS[name]
+        assert (s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.max_len) == shape, name
+    # gpt-oss ships MXFP4 experts: its weights are its checkpoint's size, far below 2 bytes a parameter
+    assert MODELS["gpt-oss-120b"].weights_bytes < MODELS["gpt-oss-120b"].num_params

@@ -263,6 +263,7 @@ def test_llama_shape_and_parameter_count():
     assert kv.layers[0][0].shape == (3, 4, 2, 16)           # [num_blocks, block_size, num_kv_heads, head_dim]
 
 
+@pytest.mark.slow
 def test_bench_against_transformers_quick(capsys):
     """The comparison with transformers' continuous batching runs both models and finds the same tokens."""
     from pagedlib.bench.__main__ import main

@@ -26,6 +26,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS and NOTEBOOKS[0].name == "00_getting_started.ipynb"
 
 
+@pytest.mark.slow
 def test_badges_and_setup_cells_are_in_step_with_config():
     result = subprocess.run([sys.executable, str(ROOT / "scripts/sync_notebooks.py"), "--check"],
                             capture_output=True, text=True)

@@ -20,6 +20,7 @@ def wheel(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_wheel_holds_every_module_and_the_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     source = {p.relative_to(ROOT).as_posix() for p in (ROOT / "pagedlib").rglob("*.py")}
@@ -28,6 +29,7 @@ def test_wheel_holds_every_module_and_the_data(wheel):
         assert f"pagedlib/data/{data}" in names
 
 
+@pytest.mark.slow
 def test_installed_package_runs_outside_the_checkout(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),

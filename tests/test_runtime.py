@@ -31,10 +31,12 @@ def _choice(tmp_path, cuda: bool) -> list[str]:
     return _run_script(tmp_path, code).split()
 
 
+@pytest.mark.slow
 def test_with_a_gpu_triton_compiles_and_fp16_is_the_default(tmp_path):
     assert _choice(tmp_path, cuda=True) == ["unset", "cuda", "float16", "False", "True", "True"]
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_interpreter_runs_on_cpu_in_fp32(tmp_path):
     assert _choice(tmp_path, cuda=False) == ["1", "cpu", "float32", "False", "False", "False"]
 
@@ -48,6 +50,7 @@ def _run_script(tmp_path, code: str) -> str:
                           check=True).stdout
 
 
+@pytest.mark.slow
 def test_interpreter_is_set_before_any_kernel_is_defined(tmp_path):
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
             "import pagedlib, triton, triton.language as tl\n"
@@ -58,6 +61,7 @@ def test_interpreter_is_set_before_any_kernel_is_defined(tmp_path):
     assert _run_script(tmp_path, code).split() == ["1", "True"]
 
 
+@pytest.mark.slow
 def test_late_interpreter_variable_is_reported_with_the_fix(tmp_path):
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
             "import sys, types, triton\n"
@@ -207,11 +211,13 @@ def _fake_versions_then_import(triton: str, numpy: str) -> str:
             "print('kernels loaded:', any(m.startswith('pagedlib.attention.kernels') for m in sys.modules))\n")
 
 
+@pytest.mark.slow
 def test_import_refuses_a_silently_wrong_combination_before_any_kernel(tmp_path):
     out = _run_script(tmp_path, _fake_versions_then_import("3.1.0", "2.3.5"))
     assert out.splitlines() == ['UnsupportedVersions pip install "numpy<2"', "kernels loaded: False"]
 
 
+@pytest.mark.slow
 def test_import_warns_about_a_loud_failure(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(_fake_versions_then_import("3.5.1", "2.4.0"))

@@ -237,3 +237,40 @@ def test_figures_have_titles_labels_and_legends():
         assert fig.legends or ax.get_legend()
         plt.close(fig)
     assert figs[2].axes[0].get_xlabel() == "page size (tokens per block)"
+
+
+def test_prefill_only_iterations_pause_the_running_requests():
+    """vLLM v0's scheduler: a step that admits someone runs only the new prompts."""
+    from pagedlib.sim.loop import StepLoop
+    from pagedlib.sim.paged import PagedPool
+    from pagedlib.sim.request import SimRequest
+    from pagedlib.sim.timing import StepTime
+
+    def run(prefill_only):
+        reqs = [SimRequest(0, 8, 6), SimRequest(1, 8, 6)]
+        clock = StepTime(1.0, 0.0, 0.0)                    # one second a step
+        loop = StepLoop(reqs, np.array([0.0, 2.5]), PagedPool(1024, 16, 0.0), clock,
+                        prefill_only=prefill_only)
+        history = []
+        while loop.pending or loop.waiting or loop.running:
+            loop.step()
+            history.append([r.generated for r in reqs])
+        return history, loop
+
+    mixed, _ = run(False)
+    v0, loop = run(True)
+    # request 1 arrives during step 2; at step 3 it is admitted
+    assert mixed[3] == [4, 1]                  # mixed: request 0 decodes in the same step
+    assert v0[3] == [3, 1]                     # prefill-only: request 0 waits that step
+    done0 = [next(i for i, h in enumerate(hist) if h[0] == 6) for hist in (mixed, v0)]
+    assert v0[-1] == [6, 6] and done0[1] == done0[0] + 1   # request 0 finishes one step later
+    with pytest.raises(ValueError, match="pick one"):
+        StepLoop([], np.array([]), PagedPool(64, 16, 0.0), StepTime(1, 0, 0), grow_first=True,
+                 prefill_only=True)
+
+
+def test_prefill_only_scheduling_more_than_doubles_the_alpaca_batch():
+    w = Workload.alpaca(400, seed=0)
+    mixed = simulate(w, "paged", request_rate=30.0).avg_batch
+    v0 = simulate(w, "paged", request_rate=30.0, prefill_only=True).avg_batch
+    assert v0 > 1.5 * mixed

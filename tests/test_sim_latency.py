@@ -39,3 +39,23 @@ def test_latency_explodes_past_the_knee_and_paging_sustains_more():
     assert lo * 0.8 <= knee["paged"] / knee["oracle"] <= hi * 1.2
     with pytest.raises(ValueError, match="positive request rates"):
         latency_curve(w, "paged", [0])
+
+
+def test_knee_band_covers_every_setting_and_reads_thresholds_from_one_curve():
+    from pagedlib.sim.latency import knee_band
+    rates = [0.5, 1, 2, 4, 8]
+    band = knee_band(["max", "paged"], rates, seeds=(0, 1), num_requests=(40, 60), thresholds=(2, 4),
+                     kv_slots=4096)
+    assert band.settings == [(s, n, t) for s in (0, 1) for n in (40, 60) for t in (2.0, 4.0)]
+    assert all(len(k) == 8 for k in band.knees.values())
+    for p in ("max", "paged"):
+        k = band.knees[p]
+        # a looser threshold never lowers the knee read off the same curve
+        assert all(k[i] <= k[i + 1] for i in range(0, 8, 2))
+        lo, hi = band.range(p)
+        assert lo == min(k) and hi == max(k) and rates[0] <= lo <= hi <= rates[-1]
+    assert band.ratios("paged", "max") == [a / b for a, b in zip(band.knees["paged"], band.knees["max"])]
+    assert band.order_holds(["max", "paged"]) == all(
+        a < b for a, b in zip(band.knees["max"], band.knees["paged"]))
+    with pytest.raises(ValueError, match="thresholds"):
+        knee_band(["paged"], rates, thresholds=(1,))

@@ -30,6 +30,8 @@ import pytest
 import yaml
 from browser import Chromium, open_browser
 
+pytestmark = pytest.mark.slow   # a browser, a notebook run or a fresh venv: left out of `make unit`
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "site"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

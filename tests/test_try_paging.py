@@ -25,6 +25,8 @@ from browser import Chromium, open_browser
 import pagedlib
 from pagedlib.plots.style import COLORS
 
+pytestmark = pytest.mark.slow   # a browser, a notebook run or a fresh venv: left out of `make unit`
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "try-paging.md"
 STATIC = [ROOT / "_static" / "try-paging.js", ROOT / "_static" / "try-paging.css"]

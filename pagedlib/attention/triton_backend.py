@@ -29,7 +29,7 @@ from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TOKENS_PER_SPLIT, Lau
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
 from .kernels.write_kv import write_kv_kernel
-from ..validation import cdiv
+from ..validation import as_int, cdiv
 
 if TYPE_CHECKING:
     from ..engine.batch import PagedBatch
@@ -40,8 +40,7 @@ __all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TOKENS_PER_SPLIT", "LaunchConfig",
            "launch_config", "longest_chunk", "num_sms", "paged_attention", "paged_prefill", "write_kv"]
 
 def _check_num_splits(num_splits) -> None:
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
-                                   or num_splits < 1):
+    if num_splits is not None and (as_int(num_splits) is None or num_splits < 1):
         raise ValueError(f"num_splits must be None (choose automatically) or an int >= 1; got {num_splits!r}")
 
 
@@ -131,7 +130,7 @@ def _check_max_query_len(max_query_len, query_start_loc: torch.Tensor, num_token
     if max_query_len is None:
         return
     num_seqs = query_start_loc.shape[0] - 1
-    if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or max_query_len < 0:
+    if as_int(max_query_len) is None or max_query_len < 0:
         raise ValueError(f"max_query_len must be None (computed from query_start_loc) or an int >= 0; "
                          f"got {max_query_len!r}")
     at_least = cdiv(num_tokens, num_seqs) if num_seqs > 0 else 0    # some chunk holds ceil(tokens / seqs)

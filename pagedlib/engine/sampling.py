@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from ..validation import positive_int
+from ..validation import as_int, positive_int
 
 __all__ = ["SamplingParams", "sample_token", "sample_rows"]
 
@@ -38,14 +38,12 @@ class SamplingParams:
     def __post_init__(self):
         positive_int("max_new_tokens", self.max_new_tokens)
         positive_int("n (samples per prompt)", self.n)
-        def is_int(v) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
         checks = [
             (self.temperature >= 0, f"temperature must be >= 0 (0 means greedy); got {self.temperature}"),
-            (is_int(self.top_k) and self.top_k >= 0,
+            (as_int(self.top_k) is not None and self.top_k >= 0,
              f"top_k must be an integer >= 0 (0 means no limit); got {self.top_k!r}"),
             (0 < self.top_p <= 1, f"top_p must be in (0, 1]; got {self.top_p}"),
-            (self.seed is None or is_int(self.seed), f"seed must be an integer or None; got {self.seed!r}"),
+            (self.seed is None or as_int(self.seed) is not None, f"seed must be an integer or None; got {self.seed!r}"),
         ]
         for ok, message in checks:
             if not ok:

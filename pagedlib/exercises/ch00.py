@@ -5,7 +5,6 @@ value), then the same name is rebound to the Exercise built from it, so a notebo
 ``ex.num_programs.check(...)``.
 """
 from . import Exercise
-from ..validation import cdiv
 
 
 def num_programs(n: int, block: int) -> int:
@@ -43,7 +42,7 @@ masked_lanes = -_N % _BLOCK          # 6 programs x 256 lanes = 1,536 lanes for 
 
 
 def _diagnose_masked(answer, expected):
-    programs = cdiv(_N, _BLOCK)
+    programs = -(-_N // _BLOCK)
     if answer == _N % _BLOCK:
         return "that is how many lanes of the last program are ACTIVE; the question asks for the rest."
     if answer == programs:

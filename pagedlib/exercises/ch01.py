@@ -28,7 +28,8 @@ def _diagnose_bytes(answer, expected, args):
     return None
 
 
-_SPECS = list(MODELS.values()) + [ModelSpec("tiny-fp32", 2, 4, 4, 16, 0, 128, dtype_bytes=4)]
+# the plain shape only: windows, latents and fixed state are exercise ch01.cache_bytes
+_SPECS = [m for m in MODELS.values() if m.is_uniform] + [ModelSpec("tiny-fp32", 2, 4, 4, 16, 0, 128, dtype_bytes=4)]
 
 kv_bytes_per_token = Exercise(
     "ch01.kv_bytes_per_token",
@@ -64,6 +65,9 @@ def _diagnose_fit(answer, expected, args):
     if answer in {gpu_bytes // per_request, int(gpu_bytes * GPU_MEMORY_UTILIZATION) // per_request} \
             and answer != expected:
         return "the weights are in GPU memory too: only what they leave free can hold K/V."
+    if answer == max(int(gpu_bytes * 0.9) - spec.weights_bytes, 0) // per_request != expected:
+        return ("that is vLLM's default before v0.21 (0.9); use GPU_MEMORY_UTILIZATION, today's "
+                "default, which the course uses everywhere.")
     if answer < 0:
         return "when the weights alone fill the budget, no request fits: the answer cannot be negative."
     if isinstance(answer, int) and answer == expected + 1:
@@ -74,7 +78,7 @@ def _diagnose_fit(answer, expected, args):
 _FIT_CASES = [(MODELS[m], GPUS[g].memory_bytes, n) for m, g, n in [
     ("llama-3-8b", "A100-80GB", 2048), ("llama-3-8b", "T4", 2048), ("llama-3-8b", "L4", 2048),
     ("opt-13b", "A100-40GB", 2048), ("llama-2-7b", "A100-40GB", 4096), ("llama-3-70b", "T4", 2048),
-    ("gpt2", "T4", 1024), ("mistral-7b", "H100-80GB", 32768)]]
+    ("gpt2", "T4", 1024), ("llama-3.1-8b", "H100-80GB", 32768)]]
 
 requests_that_fit = Exercise(
     "ch01.requests_that_fit",
@@ -124,9 +128,90 @@ t4_llama3 = Exercise(
     diagnose=_diagnose_t4,
     hints=["The weights come first. Compare them with the T4's usable memory, not with its box.",
            "Llama-3-8B has about 8.03 billion parameters of 2 bytes; the T4's usable memory is "
-           "`GPUS['T4'].memory_gib` GiB, and the engine takes 90% of that.",
+           "`GPUS['T4'].memory_gib` GiB, and the engine takes GPU_MEMORY_UTILIZATION (92%) of that.",
            "requests_that_fit(MODELS['llama-3-8b'], GPUS['T4'].memory_bytes, 2048)"],
     wrong=[4, 52, -3],
     explanation="Its fp16 weights (about 15 GiB) are larger than the T4's 14.6 usable GiB: the model "
                 "needs smaller weights (int8, int4) or a bigger GPU.",
+)
+
+
+# ---- beyond one shape: windows, latents, fixed state, KV dtype --------------------------------------
+def cache_bytes(spec: ModelSpec, num_tokens: int) -> int:
+    """Bytes of cache that one sequence of `num_tokens` tokens keeps, for any shape of `spec`
+    (tensor_parallel_size 1): global layers keep every token, windowed layers at most
+    `sliding_window`, an MLA layer one latent of `kv_latent_dim` elements per token (K and V share
+    it), and a hybrid's state layers `state_bytes_per_seq` in all, whatever the length."""
+    if spec.kv_latent_dim is not None:
+        per_token_per_layer = spec.kv_latent_dim * spec.kv_element_bytes
+    else:
+        per_token_per_layer = 2 * spec.num_kv_heads * spec.head_dim * spec.kv_element_bytes
+    window = num_tokens if spec.sliding_window is None else min(num_tokens, spec.sliding_window)
+    tokens = spec.num_global_layers * num_tokens + spec.num_windowed_layers * window
+    return int(tokens * per_token_per_layer) + spec.state_bytes_per_seq
+
+
+def _naive_cache_bytes(spec: ModelSpec, n: int) -> int:
+    return n * 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * spec.dtype_bytes
+
+
+def _diagnose_cache(answer, expected, args):
+    spec, n = args
+    if not isinstance(answer, int):
+        return None
+    if spec.kv_latent_dim is not None and answer == 2 * expected:
+        return (f"{spec.name} uses MLA: one latent of kv_latent_dim elements per token and layer stands "
+                "for both K and V, so there is no factor 2.")
+    if spec.num_windowed_layers and answer == spec.replace(sliding_window=None).kv_bytes(n):
+        return (f"{spec.name}'s {spec.num_windowed_layers} windowed layers keep at most sliding_window="
+                f"{spec.sliding_window} tokens each, not all {n:,}.")
+    if spec.num_global_layers and spec.num_windowed_layers and \
+            answer == spec.replace(num_sliding_layers=spec.num_attention_layers).kv_bytes(n):
+        return (f"only num_windowed_layers={spec.num_windowed_layers} layers have the window; the "
+                f"num_global_layers={spec.num_global_layers} global ones keep every token.")
+    if spec.num_state_layers and answer == expected - spec.state_bytes_per_seq:
+        return (f"{spec.name} is a hybrid: its {spec.num_state_layers} state layers keep "
+                "state_bytes_per_seq bytes per sequence, whatever its length; add them.")
+    if spec.num_state_layers and answer == spec.replace(num_state_layers=0, state_bytes_per_layer=0).kv_bytes(n):
+        return (f"only num_attention_layers={spec.num_attention_layers} layers cache K/V per token; the "
+                "other layers keep a fixed state instead (state_bytes_per_seq).")
+    if spec.kv_dtype_bytes is not None and answer == spec.replace(kv_dtype_bytes=None).kv_bytes(n):
+        return (f"the cache is kept in kv_dtype_bytes={spec.kv_dtype_bytes} bytes per element, not the "
+                f"weights' dtype_bytes={spec.dtype_bytes}: use spec.kv_element_bytes.")
+    if answer == _naive_cache_bytes(spec, n) != expected:
+        return (f"that is 2 x layers x kv_heads x head_dim x dtype_bytes x tokens, the plain shape; "
+                f"{spec.name} is not plain: look at its sliding_window, kv_latent_dim, "
+                f"num_state_layers and kv_dtype_bytes.")
+    return None
+
+
+_CACHE_CASES = [(MODELS[m], n) for m, n in [
+    ("llama-3.1-8b", 32_768), ("mistral-7b-v0.1", 2_000), ("mistral-7b-v0.1", 32_768),
+    ("gemma-3-27b", 500), ("gemma-3-27b", 131_072), ("gpt-oss-120b", 65_536), ("deepseek-v3", 131_072),
+    ("qwen3-coder-next", 0), ("qwen3-coder-next", 262_144)]] + [
+    (MODELS["llama-3.1-8b"].replace(name="llama-3.1-8b-fp8-kv", kv_dtype_bytes=1), 131_072),
+    (MODELS["qwen3-8b"].replace(name="qwen3-8b-4bit-kv", kv_dtype_bytes=0.5), 40_960)]
+
+cache_bytes = Exercise(
+    "ch01.cache_bytes",
+    "How many bytes of cache does one sequence of `num_tokens` tokens keep, for a model `spec` of any "
+    "shape (sliding windows, MLA latent, hybrid state, KV dtype; tensor_parallel_size 1)?",
+    cache_bytes,
+    cases=_CACHE_CASES,
+    diagnose=_diagnose_cache,
+    hints=["Count, layer by layer, how many tokens each layer keeps and how many bytes one token costs "
+           "it; then add what does not depend on the length at all.",
+           "Global layers (spec.num_global_layers) keep num_tokens; windowed ones (spec.num_windowed_layers) "
+           "min(num_tokens, spec.sliding_window). Per token and layer: 2 * num_kv_heads * head_dim "
+           "elements, or kv_latent_dim for MLA, of spec.kv_element_bytes each. Plus spec.state_bytes_per_seq.",
+           "tokens = global * n + windowed * min(n, window); int(tokens * per_token_per_layer) + "
+           "spec.state_bytes_per_seq"],
+    wrong=[_naive_cache_bytes,
+           lambda spec, n: spec.replace(sliding_window=None).kv_bytes(n),
+           lambda spec, n: spec.kv_bytes(n) - spec.state_bytes_per_seq + (
+               spec.kv_bytes(n) if spec.kv_latent_dim is not None else 0)],
+    why="each layer keeps what its kind keeps: all tokens, a window, one latent, or a fixed state.",
+    explanation="The plain formula counts one figure per token for every layer. Windowed layers stop "
+                "growing at their window, an MLA latent replaces K and V heads, state layers cost a "
+                "fixed amount per sequence, and the KV dtype sets the bytes per element.",
 )

@@ -4,7 +4,6 @@ Convention (see ``ch00``): each reference solution is a plain function (or a val
 name is rebound to the Exercise built from it, so a notebook calls ``ex.pages_for.check(...)``.
 """
 from . import Exercise
-from ..validation import cdiv
 
 
 def pages_for(n_tokens: int, page_size: int) -> int:
@@ -183,7 +182,7 @@ capacity_at = Exercise(
            "`pool_slots * len(lengths) // sum(pages_for(n, page_size) * page_size for n in lengths)`"],
     wrong=[lambda lengths, p, pool: pool * len(lengths) // sum(lengths),
            lambda lengths, p, pool: pool // p,
-           lambda lengths, p, pool: round(pool * len(lengths) / sum(cdiv(n, p) * p for n in lengths))],
+           lambda lengths, p, pool: round(pool * len(lengths) / sum(-(-n // p) * p for n in lengths))],
     explanation="Integer arithmetic on whole pages: the mix costs its rounded-up slots, and the pool "
                 "holds that many copies of the mix.",
 )

@@ -7,7 +7,6 @@ to the Exercise built from it, so a notebook calls ``ex.slot_of.check(...)``.
 import torch
 
 from . import Exercise, default_compare
-from ..validation import cdiv
 
 
 def slot_of(block_table: tuple, token: int, block_size: int) -> int:
@@ -149,12 +148,12 @@ block_table_to_csr = Exercise(
            "`n - (pages - 1) * page_size` tokens, between 1 and page_size (never 0): `indices += "
            "row[:pages]`, `indptr.append(indptr[-1] + pages)`, `last_page_len.append(n - (pages - 1) * "
            "page_size)`."],
-    wrong=[lambda bt, lens, p: ([0] + [sum(cdiv(n, p) for n in lens[:i + 1]) for i in range(len(lens))],
-                                [b for row, n in zip(bt, lens) for b in row[:cdiv(n, p)]],
+    wrong=[lambda bt, lens, p: ([0] + [sum(-(-n // p) for n in lens[:i + 1]) for i in range(len(lens))],
+                                [b for row, n in zip(bt, lens) for b in row[:-(-n // p)]],
                                 [n % p for n in lens]),
            lambda bt, lens, p: ([0] + [len(row) * (i + 1) for i, row in enumerate(bt)],
                                 [b for row in bt for b in row],
-                                [n - (cdiv(n, p) - 1) * p for n in lens])],
+                                [n - (-(-n // p) - 1) * p for n in lens])],
 )
 
 

@@ -16,7 +16,6 @@ from collections import deque
 from itertools import count
 
 from . import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Timeout, _call_with_timeout, _Text, _show
-from ..validation import cdiv
 
 # ---- exercise 1: fork + copy-on-write ------------------------------------------------------------
 
@@ -48,7 +47,7 @@ class SharingPool:
             self.free_blocks.append(block)
 
     def allocate(self, seq, n_tokens: int) -> None:
-        n_blocks = cdiv(n_tokens, self.block_size)
+        n_blocks = -(-n_tokens // self.block_size)
         self.tables[seq] = [self.new_block() for _ in range(n_blocks)]
         self.lens[seq] = n_tokens
 

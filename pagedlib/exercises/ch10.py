@@ -8,7 +8,6 @@ pagedlib's own scheduler and engine, so the references here are the ones the cod
 from __future__ import annotations
 
 from . import Exercise
-from ..validation import cdiv
 
 # ---- exercise 1: the slots of one mixed step ---------------------------------------------------
 
@@ -124,13 +123,13 @@ preempted = Exercise(
 def num_steps(num_requests: int, output_len: int, max_num_seqs: int) -> int:
     """Engine steps for ``num_requests`` requests that each generate ``output_len`` tokens, at most
     ``max_num_seqs`` at once, with a cache large enough for all of them."""
-    waves = cdiv(num_requests, max_num_seqs)     # they all finish together, then the next wave starts
+    waves = -(-num_requests // max_num_seqs)     # they all finish together, then the next wave starts
     return waves * output_len                    # the prefill step already yields the first token
 
 
 def _diagnose_steps(answer, expected, args) -> str | None:
     n, out, k = args
-    waves = cdiv(n, k)
+    waves = -(-n // k)
     if answer == waves * (out + 1):
         return ("One step too many per wave: the step that computes a prompt (prefill) also samples the "
                 "request's first token.")
@@ -154,7 +153,7 @@ num_steps = Exercise(
            "With equal outputs, the first `max_num_seqs` requests finish in the same step; the next ones "
            "are admitted in the step after. How many such waves are there?",
            "Waves: `ceil(num_requests / max_num_seqs)`, each `output_len` steps long."],
-    wrong=[lambda n, out, k: cdiv(n, k) * (out + 1), lambda n, out, k: n * out // k,
+    wrong=[lambda n, out, k: -(-n // k) * (out + 1), lambda n, out, k: n * out // k,
            lambda n, out, k: n * out],
     explanation="Each wave of max_num_seqs requests runs output_len steps (its prefill step already "
                 "samples the first token), and the next wave starts only when it is done.",

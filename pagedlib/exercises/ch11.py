@@ -10,7 +10,6 @@ older than the new prompt and v1 walks the running requests oldest first.
 from __future__ import annotations
 
 from . import Exercise
-from ..validation import cdiv
 
 # ---- exercise 1: predict the steps to the first token ----------------------------------------
 
@@ -20,11 +19,11 @@ PROMPT_LEN, NUM_DECODING, BUDGET = 1_000, 8, 256
 def steps_to_first_token(prompt_len: int, num_decoding: int, budget: int) -> int:
     """Steps until a new prompt's first token, while ``num_decoding`` requests keep decoding."""
     per_step = budget - num_decoding                 # the decodes go first
-    return cdiv(prompt_len, per_step)                # the last chunk's step samples the first token
+    return -(-prompt_len // per_step)                # the last chunk's step samples the first token
 
 
 def _diagnose_steps(answer, expected) -> str | None:
-    if answer == cdiv(PROMPT_LEN, BUDGET):
+    if answer == -(-PROMPT_LEN // BUDGET):
         return (f"That is the prompt over the whole budget: the {NUM_DECODING} decodes are scheduled "
                 "first, so less of each step is left for the prompt.")
     if answer == expected + 1:

@@ -7,7 +7,6 @@ calls ``ex.reserve_max_capacity.check(my_function)``.
 from __future__ import annotations
 
 from . import Exercise
-from ..validation import cdiv
 
 POW2_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -55,7 +54,7 @@ reserve_max_capacity = Exercise(
            "divisions round down.",
            "(kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes)) // max_len"],
     wrong=[lambda b, l, h, d, s, m: b // (l * h * d * s) // m,
-           lambda b, l, h, d, s, m: cdiv(b, 2 * l * h * d * s * m)],
+           lambda b, l, h, d, s, m: -(-b // (2 * l * h * d * s * m))],
     explanation="Each request holds max_len slots of 2 * layers * kv_heads * head_dim * dtype_bytes "
                 "bytes, whether it uses them or not, so capacity is a whole number of reservations.",
 )
@@ -67,7 +66,7 @@ reserve_max_capacity = Exercise(
 def page_size_cost(lengths: list[int], block_size: int, per_page_cost: float) -> float:
     """Waste plus overhead, in slot-equivalents: sum over requests of (pages * block_size - length)
     plus per_page_cost * pages, where pages = ceil(length / block_size)."""
-    pages = [cdiv(n, block_size) for n in lengths]
+    pages = [-(-n // block_size) for n in lengths]
     waste = sum(p * block_size - n for p, n in zip(pages, lengths))
     return waste + per_page_cost * sum(pages)
 
@@ -76,7 +75,7 @@ def best_page_size(lengths: list[int], per_page_cost: float, candidates: list[in
     """The candidate page size with the lowest waste + per-page overhead (the smallest one on a tie)."""
     best_size, best_cost = None, None
     for size in sorted(candidates):                  # small to large: a tie keeps the smaller size
-        pages = [cdiv(n, size) for n in lengths]     # ceil(n / size) for every request
+        pages = [-(-n // size) for n in lengths]     # ceil(n / size) for every request
         waste = sum(p * size - n for p, n in zip(pages, lengths))
         cost = waste + per_page_cost * sum(pages)
         if best_cost is None or cost < best_cost:
@@ -93,7 +92,7 @@ def _diagnose_best(answer, expected, args):
     if answer not in candidates:
         return "The answer must be one of the candidate page sizes."
     waste_only = _argmin(lengths, candidates, lambda b: page_size_cost(lengths, b, 0.0))
-    pages_only = _argmin(lengths, candidates, lambda b: sum(cdiv(n, b) for n in lengths))
+    pages_only = _argmin(lengths, candidates, lambda b: sum(-(-n // b) for n in lengths))
     if answer == waste_only != expected:
         return "That minimises the waste alone: each page also costs per_page_cost."
     if answer == pages_only != expected:
@@ -126,7 +125,7 @@ best_page_size = Exercise(
            "min(sorted(candidates), key=lambda B: sum((-(-n // B)) * B - n + per_page_cost * (-(-n // B)) "
            "for n in lengths))"],
     wrong=[lambda lengths, c, cands: min(sorted(cands), key=lambda b: page_size_cost(lengths, b, 0.0)),
-           lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(cdiv(n, b) for n in lengths)),
+           lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(-(-n // b) for n in lengths)),
            lambda lengths, c, cands: min(sorted(cands, reverse=True),
                                          key=lambda b: page_size_cost(lengths, b, c))],
     explanation="Small pages waste less of each last page but cost more pages; the best size balances "
@@ -144,7 +143,7 @@ def _alpaca_waste(block_size: int = PREDICT_PAGE) -> float:
     2,000 requests, seed 0)."""
     from ..sim import Workload
     lengths = Workload.alpaca(2_000, seed=0).total_lens
-    held = cdiv(lengths, block_size) * block_size
+    held = -(-lengths // block_size) * block_size
     return float(1 - lengths.sum() / held.sum())
 
 

@@ -1,8 +1,11 @@
-"""Capacity math: how big the KV cache is, and how many requests fit it (chapters 1, 2 and 4).
+"""Capacity math: how big the KV cache is, and how many requests fit it (chapters 1, 2, 4 and 12).
 
-Every token a model has seen leaves a key and a value vector in every layer. Their size per token is
-``2 * layers * kv_heads * head_dim * dtype_bytes`` (:attr:`ModelSpec.kv_bytes_per_token`). How many
-requests fit a GPU then depends on how the cache is laid out:
+Every token a model has seen leaves a key and a value vector in every layer. For the plain shape their
+size per token is ``2 * layers * kv_heads * head_dim * dtype_bytes`` (:attr:`ModelSpec.kv_bytes_per_token`);
+sliding windows, MLA latents, hybrid fixed state, the KV dtype and tensor parallelism change it, and
+:meth:`ModelSpec.kv_bytes` counts what a sequence of a given length really keeps (per GPU);
+:func:`requests_that_fit` divides a GPU's budget by it. How many requests fit a GPU then depends on
+how the cache is laid out:
 
 - *reserve-max* (:func:`reserve_max_plan`): every request gets one contiguous slot of ``max_len``
   tokens, because its final length is unknown. Short replies leave most of the slot as padding.
@@ -19,14 +22,16 @@ A :class:`Plan` reports the token slots used and allocated, the waste and the ca
 """
 from __future__ import annotations
 
+import math
 import operator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
 from typing import Sequence
 
-from ..validation import cdiv, positive_int
+from ..validation import as_int, cdiv, positive_int
 
 __all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
-           "MODELS", "model_spec", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
+           "MODELS", "model_spec", "requests_that_fit", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
            "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
 
@@ -39,13 +44,8 @@ def _int(value, minimum: int) -> int | None:
     """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None.
     (Counts that must be >= 1 and say so in the shared wording use ``validation.positive_int``; this
     one also serves the non-negative counts and the messages that name a unit.)"""
-    if isinstance(value, bool):
-        return None
-    try:
-        value = operator.index(value)
-    except TypeError:
-        return None
-    return value if value >= minimum else None
+    value = as_int(value)
+    return value if value is not None and value >= minimum else None
 
 
 def pages_for(n_tokens: int, page_size: int) -> int:
@@ -210,13 +210,37 @@ def paged_plan(lengths: Sequence[int], page_size: int) -> Plan:
 
 
 # ---- models ------------------------------------------------------------------------------------
+def _exact(x: float) -> Fraction:
+    """A byte size such as 2, 1 (fp8) or 0.5 (4-bit) as an exact fraction."""
+    return Fraction(x).limit_denominator(64)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """The shape of a transformer's KV cache, and its parameter count.
 
+    The plain shape: every layer caches one key and one value vector per KV head per token.
     ``num_kv_heads`` below ``num_heads`` means grouped-query attention (GQA): several query heads read
     one K/V head, so the cache shrinks by ``num_heads / num_kv_heads``. ``dtype_bytes`` is the size of
-    one cached element (2 for fp16/bf16). ``num_params`` gives the weights' size.
+    one element of the weights and, unless ``kv_dtype_bytes`` says otherwise, of the cache.
+
+    Today's models break the plain shape in five ways, each a field here:
+
+    - ``sliding_window`` / ``num_sliding_layers``: that many layers attend only to the last
+      ``sliding_window`` tokens, so they keep at most that many tokens (Mistral-7B v0.1: all 32 layers,
+      4,096 tokens; Gemma 3: 5 local layers to 1 global; gpt-oss: every other layer, 128 tokens).
+      ``None`` layers with a window set means all of them.
+    - ``kv_latent_dim``: multi-head latent attention (MLA, DeepSeek-V3) caches one compressed vector
+      of that many elements per token per layer, shared by K and V and by all heads.
+    - ``num_state_layers`` / ``state_bytes_per_layer``: hybrids whose linear-attention or Mamba layers
+      keep a fixed-size state per sequence instead of per-token K/V.
+    - ``kv_dtype_bytes``: the cache in fp8 (1) or 4 bits (0.5) while the weights keep ``dtype_bytes``.
+    - ``tensor_parallel_size``: the model split over that many GPUs. KV heads are sharded over them
+      until there are more GPUs than KV heads, then each GPU keeps one head (replicated); an MLA latent
+      is replicated on every GPU. Every byte figure of a spec is **per GPU**.
+
+    ``weights_size`` is the checkpoint's size when it is not ``num_params * dtype_bytes`` (quantised
+    weights). Use :meth:`replace` for variants: ``spec.replace(kv_dtype_bytes=1)``.
     """
     name: str
     num_layers: int
@@ -226,36 +250,176 @@ class ModelSpec:
     num_params: int
     max_len: int
     dtype_bytes: int = 2
+    kv_dtype_bytes: float | None = None
+    sliding_window: int | None = None
+    num_sliding_layers: int | None = None
+    kv_latent_dim: int | None = None
+    num_state_layers: int = 0
+    state_bytes_per_layer: int = 0
+    tensor_parallel_size: int = 1
+    weights_size: int | None = None
+
+    def __post_init__(self):
+        if self.kv_dtype_bytes is not None and not self.kv_dtype_bytes > 0:
+            raise ValueError(f"kv_dtype_bytes must be > 0 (2 for fp16, 1 for fp8, 0.5 for 4-bit); "
+                             f"got {self.kv_dtype_bytes!r}")
+        if not 0 <= self.num_state_layers < self.num_layers:
+            raise ValueError(f"num_state_layers must be in [0, num_layers) (at least one attention layer); "
+                             f"got {self.num_state_layers} of {self.num_layers}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1 token or None; got {self.sliding_window!r}")
+        if self.num_sliding_layers is not None and not 0 <= self.num_sliding_layers <= self.num_attention_layers:
+            raise ValueError(f"num_sliding_layers must be in [0, {self.num_attention_layers}] (the attention "
+                             f"layers); got {self.num_sliding_layers}")
+        tp, heads = self.tensor_parallel_size, self.num_kv_heads
+        if tp < 1 or (self.kv_latent_dim is None and heads % tp and tp % heads):
+            raise ValueError(f"tensor_parallel_size={tp} must divide num_kv_heads={heads} or be a multiple "
+                             f"of it (KV heads are sharded over the GPUs, then replicated)")
+
+    def replace(self, **changes) -> "ModelSpec":
+        """A copy with some fields changed (``dataclasses.replace``), checked like a new spec."""
+        return replace(self, **changes)
+
+    # -- layer counts --
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers that cache per-token K/V (all but the fixed-state ones)."""
+        return self.num_layers - self.num_state_layers
+
+    @property
+    def num_windowed_layers(self) -> int:
+        """Attention layers that keep only the last ``sliding_window`` tokens (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_attention_layers if self.num_sliding_layers is None else self.num_sliding_layers
+
+    @property
+    def num_global_layers(self) -> int:
+        """Attention layers that keep every token (no window)."""
+        return self.num_attention_layers - self.num_windowed_layers
+
+    @property
+    def is_uniform(self) -> bool:
+        """True for the plain shape: ``2 * layers * kv_heads * head_dim * bytes`` per token, always."""
+        return (self.num_windowed_layers == 0 and self.kv_latent_dim is None and self.num_state_layers == 0)
+
+    # -- per GPU --
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads one GPU keeps: sharded over ``tensor_parallel_size``, at least one (replicated)."""
+        return max(1, self.num_kv_heads // self.tensor_parallel_size)
+
+    @property
+    def kv_element_bytes(self) -> float:
+        """Bytes of one cached element: ``kv_dtype_bytes``, or the weights' ``dtype_bytes``."""
+        return self.dtype_bytes if self.kv_dtype_bytes is None else self.kv_dtype_bytes
+
+    @property
+    def _kv_bytes(self) -> Fraction:
+        return _exact(self.kv_element_bytes)
+
+    @property
+    def kv_bytes_per_token_per_layer(self) -> int:
+        """Bytes one token adds to one attention layer on one GPU: ``2 * kv_heads * head_dim * bytes``,
+        or ``kv_latent_dim * bytes`` for MLA."""
+        elements = (self.kv_latent_dim if self.kv_latent_dim is not None
+                    else 2 * self.kv_heads_per_gpu * self.head_dim)
+        return math.ceil(elements * self._kv_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V for one token in all layers: ``2 * layers * kv_heads * head_dim * bytes``."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """Bytes of K and V for one token in all attention layers (one GPU), while the sequence is
+        shorter than every window: ``2 * layers * kv_heads * head_dim * bytes`` for the plain shape.
+        Past a window, use :meth:`kv_bytes` (windowed layers stop growing)."""
+        return self.num_attention_layers * self.kv_bytes_per_token_per_layer
+
+    @property
+    def state_bytes_per_seq(self) -> int:
+        """Bytes of fixed state one sequence keeps on one GPU, whatever its length (hybrid models;
+        the state's heads are sharded like the KV heads)."""
+        return -(-self.num_state_layers * self.state_bytes_per_layer // self.tensor_parallel_size)
 
     @property
     def weights_bytes(self) -> int:
-        """Bytes of the weights at ``dtype_bytes`` per parameter."""
-        return self.num_params * self.dtype_bytes
+        """Bytes of the weights on one GPU: ``weights_size`` (or ``num_params * dtype_bytes``) split
+        over ``tensor_parallel_size``."""
+        total = self.num_params * self.dtype_bytes if self.weights_size is None else self.weights_size
+        return -(-total // self.tensor_parallel_size)
+
+    def tokens_held(self, num_tokens: int) -> int:
+        """Token entries the attention layers keep for a sequence of ``num_tokens``, summed over layers:
+        global layers keep all, windowed layers at most ``sliding_window`` (engines free the blocks
+        that fall out of the window; they may keep up to one block more)."""
+        n = _int(num_tokens, 0)
+        if n is None:
+            raise ValueError(f"num_tokens must be a non-negative integer; got {num_tokens!r}")
+        window = n if self.sliding_window is None else min(n, self.sliding_window)
+        return self.num_global_layers * n + self.num_windowed_layers * window
 
     def kv_bytes(self, num_tokens: int, batch_size: int = 1) -> int:
-        """KV-cache bytes of ``batch_size`` sequences of ``num_tokens`` tokens each."""
-        return batch_size * num_tokens * self.kv_bytes_per_token
+        """KV-cache bytes (one GPU) of ``batch_size`` sequences of ``num_tokens`` tokens each: the
+        tokens every layer keeps, plus each sequence's fixed state."""
+        per_seq = self.tokens_held(num_tokens) * self.kv_bytes_per_token_per_layer + self.state_bytes_per_seq
+        return batch_size * per_seq
+
+    def kv_bytes_per_token_at(self, num_tokens: int) -> float:
+        """Average bytes per token of one sequence of ``num_tokens`` (falls past a window)."""
+        return self.kv_bytes(num_tokens) / num_tokens
 
     def block_bytes(self, block_size: int) -> int:
-        """Bytes of one KV block of ``block_size`` tokens (K and V, all layers)."""
+        """Bytes of one KV block of ``block_size`` tokens (K and V, all attention layers, one GPU)."""
         return block_size * self.kv_bytes_per_token
 
 
-# Published configurations (Hugging Face config.json of each model); KV cached in fp16/bf16.
+# Published configurations (the ``config.json`` of each model on Hugging Face: sourced constants);
+# KV cached in the weights' dtype (2 bytes) unless a variant says otherwise.
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("gpt2", 12, 12, 12, 64, 124_439_808, 1024),                  # 36 KiB per token
     ModelSpec("opt-13b", 40, 40, 40, 128, 12_853_000_000, 2048),           # 800 KiB per token
     ModelSpec("llama-2-7b", 32, 32, 32, 128, 6_738_415_616, 4096),         # 512 KiB per token
     ModelSpec("llama-2-13b", 40, 40, 40, 128, 13_015_864_320, 4096),       # 800 KiB per token
     ModelSpec("llama-3-8b", 32, 32, 8, 128, 8_030_261_248, 8192),          # 128 KiB per token (GQA)
-    ModelSpec("mistral-7b", 32, 32, 8, 128, 7_241_732_096, 32768),         # 128 KiB per token (GQA)
     ModelSpec("llama-3-70b", 80, 64, 8, 128, 70_553_706_496, 8192),        # 320 KiB per token (GQA)
+    # v0.1: every layer attends to the last 4,096 tokens ("sliding_window": 4096), so past 4,096
+    # tokens its cache stops growing although max_position_embeddings is 32,768
+    ModelSpec("mistral-7b-v0.1", 32, 32, 8, 128, 7_241_732_096, 32768, sliding_window=4096),
+    # today's shapes
+    ModelSpec("llama-3.1-8b", 32, 32, 8, 128, 8_030_261_248, 131_072),     # 128 KiB per token (GQA)
+    ModelSpec("qwen3-8b", 36, 32, 8, 128, 8_200_000_000, 40_960),          # 144 KiB per token; 8.2B (card)
+    # "sliding_window": 1024, "sliding_window_pattern": 6: layers 6, 12, ..., 60 global, 52 local
+    ModelSpec("gemma-3-27b", 62, 32, 16, 128, 27_400_000_000, 131_072, sliding_window=1024,
+              num_sliding_layers=52),
+    # "layer_types": sliding/full alternating over 36 layers, "sliding_window": 128; MXFP4 experts:
+    # a 60.8 GiB checkpoint for 116.8B parameters (its model card)
+    ModelSpec("gpt-oss-120b", 36, 64, 8, 64, 116_800_000_000, 131_072, sliding_window=128,
+              num_sliding_layers=18, weights_size=round(60.8 * 1024 ** 3)),
+    # MLA: "kv_lora_rank": 512 + "qk_rope_head_dim": 64 per token per layer; fp8 weights (1 byte a
+    # parameter; scales left out)
+    ModelSpec("deepseek-v3", 61, 128, 128, 192, 671_000_000_000, 163_840, kv_latent_dim=512 + 64,
+              weights_size=671_000_000_000),
+    # hybrid: "full_attention_interval": 4 over 48 layers, so 36 Gated DeltaNet layers, each with a
+    # state of 32 value heads x 128 x 128 plus a 3-step convolution over 2x16x128 + 32x128 channels,
+    # counted in bf16 (an engine may keep the recurrent state in fp32: vLLM's mamba_ssm_cache_dtype)
+    ModelSpec("qwen3-coder-next", 48, 16, 2, 256, 79_674_391_296, 262_144, num_state_layers=36,
+              state_bytes_per_layer=(32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3) * 2),
 ]}
+
+
+def requests_that_fit(model: "ModelSpec | str", gpu: int | str, seq_len: int,
+                      utilization: float | None = None, activation_bytes: int = 0) -> int:
+    """How many sequences of ``seq_len`` tokens keep their whole cache on ``gpu`` at once: the
+    engine's share (:func:`usable_memory`) less the weights (and ``activation_bytes``), over one
+    sequence's :meth:`ModelSpec.kv_bytes` at that length. Windows, latents, fixed state, KV dtype and
+    tensor parallelism all follow from the spec (per GPU). 0 when the weights do not fit."""
+    spec = model_spec(model)
+    if _int(seq_len, 1) is None:
+        raise ValueError(f"seq_len must be an integer of at least 1 token; got {seq_len!r}")
+    if seq_len > spec.max_len:
+        raise ValueError(f"seq_len={seq_len:,} is past {spec.name}'s max_len={spec.max_len:,}; "
+                         f"ask for at most max_len tokens")
+    utilization = GPU_MEMORY_UTILIZATION if utilization is None else utilization
+    budget = usable_memory(gpu, utilization) - spec.weights_bytes - activation_bytes
+    return max(budget, 0) // spec.kv_bytes(seq_len)
 
 
 # ---- GPUs --------------------------------------------------------------------------------------
@@ -292,31 +456,33 @@ def _gib(x: float) -> int:
 # driver keeps on a T4, also GDDR6) and the H200 (nvidia-smi's 143,771 MiB less about 0.6 GiB, a little
 # more than the 0.54 GiB it keeps on an H100). Measure yours with ``torch.cuda.mem_get_info()``.
 # Sources: the "GPU 0 has a total capacity of ..." lines of public PyTorch OOM reports (T4 14.56 GiB,
-# A10G 22.20, A100-40GB 39.50, A100-80GB 79.25, H100-80GB 79.11) and nvidia-smi printouts in the same
+# A10G 22.20, A100-40GB 39.39, A100-80GB 79.25, H100-80GB 79.11) and nvidia-smi printouts in the same
 # kind of reports; tests/test_capacity.py checks that every row sits below its nvidia-smi total.
 GPUS: dict[str, GPU] = {g.name: g for g in [
     GPU("T4", _gib(14.56), 15_360, "16 GB"),          # Colab's free GPU; 14.75 GiB on older drivers
     GPU("L4", _gib(22.05), 23_034, "24 GB"),          # derived (see above)
     GPU("A10G", _gib(22.20), 23_028, "24 GB"),
-    GPU("A100-40GB", _gib(39.50), 40_960, "40 GB"),   # the PagedAttention paper's OPT-13B GPU
+    GPU("A100-40GB", _gib(39.39), 40_960, "40 GB"),   # the PagedAttention paper's OPT-13B GPU
     GPU("A100-80GB", _gib(79.25), 81_920, "80 GB"),
     GPU("H100-80GB", _gib(79.11), 81_559, "80 GB"),
     GPU("H200", _gib(139.81), 143_771, "141 GB"),     # derived (see above)
 ]}
 
 # Peak DRAM bandwidth in GB/s (vendor datasheets), by the datasheets' names: the yardstick of a
-# memory-bound kernel (chapters 8-9, pagedlib.bench.attention) and the roofline clock of the simulator
+# memory-bound kernel (chapters 8-9, pagedlib.bench.attention) and the linear step-cost model of the simulator
 # (chapter 12, pagedlib.sim.timing).
 PEAK_BANDWIDTH_GBS = {
     "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
     "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
 }
-# Dense fp16 tensor-core TFLOP/s (vendor datasheets), for the roofline's other side.
+# Dense fp16 tensor-core TFLOP/s (vendor datasheets), for the compute side of both.
 PEAK_FP16_TFLOPS = {"T4": 65, "A100 40GB": 312, "A100 80GB": 312, "H100": 989}
 
 # The share of a GPU's memory a serving engine takes for weights, activations and the KV cache:
-# vLLM's ``gpu_memory_utilization`` default. Every capacity in the course uses this one rule.
-GPU_MEMORY_UTILIZATION = 0.9
+# vLLM's ``gpu_memory_utilization`` default, 0.92 since v0.21 (which also profiles the CUDA graphs'
+# memory and subtracts it; before, the default was 0.9 and the graphs came out of the headroom).
+# Every capacity in the course uses this one rule.
+GPU_MEMORY_UTILIZATION = 0.92
 
 
 def usable_memory(gpu: int | str, utilization: float = GPU_MEMORY_UTILIZATION) -> int:
@@ -333,10 +499,12 @@ def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size:
     """How many KV blocks of ``block_size`` tokens fit a GPU, as serving engines size their cache.
 
     The engine may use ``usable_memory(gpu_mem_bytes, utilization)`` of the memory; the weights
-    (default: the model's ``num_params * dtype_bytes``) and what the engine's profiling run measures
-    besides them (``activation_bytes``: peak activations, and in vLLM also non-torch memory such as
-    the CUDA context, NCCL and cuBLAS workspaces, and CUDA-graph memory) come first, and what remains is cut into blocks of ``block_size * kv_bytes_per_token`` bytes (vLLM's
-    ``num_gpu_blocks``). ``model`` may be a :class:`ModelSpec` or a key of :data:`MODELS`,
+    (default: the model's :attr:`ModelSpec.weights_bytes`) and what the engine's profiling run
+    measures besides them (``activation_bytes``: peak activations, non-torch memory that grew during
+    the run, such as cuBLAS workspaces, and in vLLM v0.21+ the CUDA graphs' memory) come first, and
+    what remains is cut into blocks of ``block_size * kv_bytes_per_token`` bytes (vLLM's
+    ``num_gpu_blocks``). The CUDA context and the distributed (NCCL) setup exist before vLLM's
+    baseline snapshot, so they sit in the ``1 - utilization`` headroom, not in ``activation_bytes``. ``model`` may be a :class:`ModelSpec` or a key of :data:`MODELS`,
     ``gpu_mem_bytes`` a byte count or a key of :data:`GPUS`. Returns 0 when the weights do not fit.
     """
     spec = model_spec(model)
@@ -368,6 +536,6 @@ def _gpu_bytes(gpu: int | str) -> int:
         if gpu not in GPUS:
             raise KeyError(f"unknown GPU {gpu!r}; pick one of {list(GPUS)} or pass a byte count")
         return GPUS[gpu].memory_bytes
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu <= 0:
+    if as_int(gpu) is None or gpu <= 0:
         raise ValueError(f"gpu_mem_bytes must be a positive byte count or a GPU name; got {gpu!r}")
     return gpu

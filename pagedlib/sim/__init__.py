@@ -17,7 +17,7 @@ first step). Orca reserves a contiguous chunk per request from a buddy allocator
 counts as external fragmentation, as the paper's "external fragmentation and others"); vLLM takes
 16-slot pages on demand and preempts the newest request when none is free. Shares are averaged over
 steps up to the admission of the last request. Poisson arrivals need seconds per step: see
-:mod:`pagedlib.sim.timing` (a roofline of OPT-13B on an A100 at 50% efficiency, an assumption).
+:mod:`pagedlib.sim.timing` (a linear cost model of OPT-13B on an A100 at 50% efficiency, an assumption).
 
 How close to the paper (2,000 ShareGPT requests, seed 0; seeds 1-2 move each share by up to 1.2
 points and each batch by up to 0.5):
@@ -50,8 +50,9 @@ is within 2.1 points of the paper (2.5 over seeds 0-2). Where they miss, and why
   first ~200 s of the 1,000 s trace are a ramp-up before the queue builds; after it the share is 96%.
 - Alpaca at 30 requests/s (not a target): Max 7.00, Pow2 43.7, Oracle 71.5 match the paper's 7.00,
   43.24, 72.75, but paging gives 71.7 vs 132.44: in our time model vLLM keeps up with 30 requests/s
-  there, so its batch is set by the arrivals, not by memory; the paper's vLLM steps must be slower
-  (per-request overheads that a roofline leaves out).
+  there, so its batch is set by the arrivals, not by memory. The scheduler matters as much as the
+  clock: with vLLM v0's prefill-only iterations (``prefill_only=True``) the batch is 165, past the
+  paper's. Which scheduler and what per-step costs the paper's Alpaca run had is not known.
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ __all__ = ["Workload", "simulate", "SimResult", "BuddyAllocator", "StepTime", "O
 
 def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_size: int = 16,
              max_len: int = MAX_LEN, request_rate: float | None = None, *, seed: int = 0,
-             step_time: StepTime = OPT13B_A100, watermark: float = 0.01) -> SimResult:
+             step_time: StepTime = OPT13B_A100, watermark: float = 0.01,
+             prefill_only: bool = False) -> SimResult:
     """Serve ``workload`` under ``policy`` with a pool of ``kv_slots`` K/V slots; return the shares.
 
     ``policy`` is ``"max"``, ``"pow2"``, ``"oracle"`` (the paper's Orca baselines, contiguous
@@ -86,7 +88,9 @@ def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_si
     preemption by recompute, ``watermark`` share of pages kept free at admission). With
     ``request_rate=None`` every request is queued at time 0 (a saturated queue); with a number, they
     arrive as a Poisson process of that many requests per second (drawn with ``seed``), and
-    ``step_time`` says how many seconds a step takes.
+    ``step_time`` says how many seconds a step takes. ``prefill_only=True`` schedules as vLLM v0 as
+    released did (prefill-only or decode-only iterations, new prompts first) instead of the paper's
+    mixed iterations.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
@@ -99,7 +103,7 @@ def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_si
     requests = [SimRequest(i, int(p), int(o))
                 for i, (p, o) in enumerate(zip(workload.prompt_lens, workload.output_lens))]
     arrivals = workload.arrival_times(request_rate, seed)
-    return StepLoop(requests, arrivals, pool, step_time).run().result(policy, block_size)
+    return StepLoop(requests, arrivals, pool, step_time, prefill_only=prefill_only).run().result(policy, block_size)
 
 
 def compare_with_paper(results: dict[str, SimResult]) -> str:

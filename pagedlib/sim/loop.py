@@ -27,6 +27,11 @@ differs on purpose (the simulator reproduces the paper's experiments, the engine
 - a request's K/V: here ``stored`` counts the token generated in a step as stored in that step; the
   engine writes it in the next step, so a simulated prompt of ``p`` tokens holds what an engine
   prompt of ``p + 1`` holds.
+
+``StepLoop(..., prefill_only=True)`` runs the scheduler of vLLM v0 as released instead of step 3's
+mixed iteration: a step that admits anyone is a prefill-only iteration (only the new requests run,
+each samples its first token, the running ones wait), and a step that admits nobody is a decode
+iteration. The meter still counts every running request in the batch.
 """
 from __future__ import annotations
 
@@ -43,12 +48,15 @@ class StepLoop:
     """One simulation: the queue, the running batch, the pool and the meter, advanced step by step."""
 
     def __init__(self, requests: list[SimRequest], arrivals: np.ndarray, pool, step_time: StepTime,
-                 grow_first: bool = False):
+                 grow_first: bool = False, prefill_only: bool = False):
         for r in requests:
             pool.check(r)
         self.requests, self.arrivals, self.pool = requests, arrivals, pool
         self.step_time = step_time
+        if grow_first and prefill_only:
+            raise ValueError("grow_first and prefill_only are two different schedulers; pick one")
         self.grow_first = grow_first                       # the engine's order (see the module docstring)
+        self.prefill_only = prefill_only                   # vLLM v0's prefill-or-decode iterations
         order = np.argsort(arrivals, kind="stable")
         self.pending = deque(requests[i] for i in order)   # not arrived yet, by arrival time
         self.waiting: deque[SimRequest] = deque()          # arrived, not running; head first
@@ -71,21 +79,26 @@ class StepLoop:
             return
         # the averages stop once every request has arrived and been admitted (the drain is left out)
         self.measuring = self.measuring and bool(self.pending or self.waiting)
+        kv_read = None                                     # K/V the step reads: all stored tokens
         if self.grow_first:                                # the engine: grow, then admit if none was preempted
             preempted = self.preemptions
             self.generate()
             prefill = self.admit(generate=True) if self.preemptions == preempted else 0
         else:
+            before = len(self.running)
             prefill = self.admit()
         if not self.running:
             raise RuntimeError(f"request {self.waiting[0].rid} does not fit in an empty pool: the "
                                "pool's check() should have rejected it")
-        if not self.grow_first:
+        if self.prefill_only and prefill:                  # a prefill-only iteration: the new requests
+            self.generate(start=before)
+            kv_read = sum(r.stored for r in self.running[before:])
+        elif not self.grow_first:
             self.generate()
         if self.measuring:
             self.meter.record(self.tokens, self.pool, len(self.running))
         finished = self.finish()
-        self.clock += self.step_time(self.tokens, prefill)
+        self.clock += self.step_time(self.tokens if kv_read is None else kv_read, prefill)
         for r in finished:
             r.finish_s = self.clock                         # its last token is out when the step ends
         self.steps += 1
@@ -106,9 +119,10 @@ class StepLoop:
                 self.tokens += 1
         return prefill
 
-    def generate(self) -> None:
-        """One token for every running request, oldest first, preempting the newest if needed."""
-        i = 0
+    def generate(self, start: int = 0) -> None:
+        """One token for every running request from ``start`` on, oldest first, preempting the
+        newest if needed."""
+        i = start
         while i < len(self.running):
             r = self.running[i]
             if self.pool.make_room(r):

@@ -5,7 +5,8 @@ token stored for the running requests; prefilling a prompt is compute-bound. So 
 
     seconds = weights_s + per_kv_token_s * kv_tokens + per_prefill_token_s * prefill_tokens
 
-``StepTime.roofline`` derives the three numbers from the model and the GPU, and an ``efficiency``: the
+a **linear cost model**: the three costs add up, where a roofline would take the larger of the memory
+time and the compute time. ``StepTime.from_peaks`` derives the three numbers from the model and the GPU, and an ``efficiency``: the
 share of peak bandwidth and FLOP/s that a real engine reaches. ``OPT13B_A100`` is the paper's setup
 with efficiency 0.5: our assumption, a round number, not fitted to the paper. A step of 30 requests
 holding 14K tokens then takes 48 ms; OPT-13B on ShareGPT serves at most ~0.57 requests/s under Max,
@@ -39,9 +40,11 @@ class StepTime:
                 + self.per_prefill_token_s * prefill_tokens)
 
     @classmethod
-    def roofline(cls, num_params: float, kv_bytes_per_token: float, bandwidth: float, flops: float,
+    def from_peaks(cls, num_params: float, kv_bytes_per_token: float, bandwidth: float, flops: float,
                  efficiency: float = 0.5, bytes_per_param: int = 2) -> "StepTime":
-        """From the model (parameters, K/V bytes per token) and the GPU (bytes/s, FLOP/s)."""
+        """From the model (parameters, K/V bytes per token) and the GPU's peaks (bytes/s, FLOP/s), each
+        reached at ``efficiency``: the weights and the K/V at the memory's pace, each prefill token's
+        2 x parameters FLOPs at the math units' pace, added up (a linear cost model)."""
         if not 0 < efficiency <= 1:
             raise ValueError(f"efficiency must be in (0, 1]; got {efficiency}")
         return cls(weights_s=num_params * bytes_per_param / (bandwidth * efficiency),
@@ -51,6 +54,6 @@ class StepTime:
 
 # OPT-13B (12.85B parameters, fp16, 800 KiB of K/V per token: capacity.MODELS) on an A100-40GB
 # (its peak bandwidth and fp16 FLOP/s: capacity.PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS)
-OPT13B_A100 = StepTime.roofline(MODELS["opt-13b"].num_params, MODELS["opt-13b"].kv_bytes_per_token,
-                                PEAK_BANDWIDTH_GBS["A100 40GB"] * GB, PEAK_FP16_TFLOPS["A100 40GB"] * TB, efficiency=0.5,
-                                bytes_per_param=MODELS["opt-13b"].dtype_bytes)
+OPT13B_A100 = StepTime.from_peaks(MODELS["opt-13b"].num_params, MODELS["opt-13b"].kv_bytes_per_token,
+                                  PEAK_BANDWIDTH_GBS["A100 40GB"] * GB, PEAK_FP16_TFLOPS["A100 40GB"] * TB,
+                                  efficiency=0.5, bytes_per_param=MODELS["opt-13b"].dtype_bytes)
