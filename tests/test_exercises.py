@@ -79,7 +79,7 @@ def test_wrong_answers_do_not_reveal_the_reference(exercise):
     if exercise.is_function:
         return
     for wrong in exercise.wrong:
-        message = exercise.check(wrong).message
+        message = exercise.check(wrong).message.replace(repr(wrong), "")  # its own answer is no clue
         assert repr(exercise.reference) not in message
 
 
@@ -355,3 +355,52 @@ def test_sync_reports_a_checked_exercise_that_is_not_registered():
     nb.cells.append(nbformat.v4.new_code_cell("ex.no_such_exercise.check(1)"))
     assert "ch04.no_such_exercise is checked but not registered in pagedlib.exercises" in \
         sync.sync_exercise_help(nb)
+
+
+# ---- the declarative form of value exercises (shared with the website) -----------------------
+
+def test_mistake_rules_match_as_documented():
+    from pagedlib.exercises import (OTHERWISE, Above, AllOf, AnyItem, AtLeast, Below, FirstWrong, Item,
+                                    LengthNot, Not, NotAnInt, NotMultipleOf, OneOf)
+    ex = Exercise("test.rules", "pair", (6, 2), mistakes=[
+        (LengthNot(2), "a pair"), (Item(1, Above(2)), "too many"), (Item(1, Below(2)), "too few"),
+        (AllOf(Item(0, 7), Item(1, 2)), "seven"), (Item(0, NotAnInt()), "ints"), (OTHERWISE, "else")])
+    msg = lambda a: ex.check(a).message.split(" is not right. ")[-1]  # noqa: E731
+    assert [msg(a) for a in [(1, 2, 3), (6, 3), (6, 1), (7, 2), (6.5, 2), (5, 2)]] == \
+        ["a pair", "too many", "too few", "seven", "ints", "else"]
+    hits = Exercise("test.hits", "hits", [0, 8, 4], mistakes=[
+        (NotMultipleOf(4), "whole blocks"), (FirstWrong(0), "first"), (FirstWrong(2), "third"),
+        (AnyItem(OneOf(99, 98)), "odd"), (Not(AtLeast(0)), "never")])
+    assert [hits.check(a).message.split(" is not right. ")[-1] for a in [[0, 8, 5], [4, 8, 4], [0, 8, 0]]] == \
+        ["whole blocks", "first", "third"]
+    assert hits.is_declarative and not ex.is_function and "test.rules" in ex.check((6, 2)).exercise
+
+
+def test_tolerance_order_and_case_are_declared_not_coded():
+    tol = Exercise("test.tol", "share", 0.479, tolerance=0.05, wrong=[0.6])
+    assert tol.check(0.52).correct and not tol.check(0.53).correct and tol.is_declarative
+    order = Exercise("test.order", "lengths", [9, 17], unordered=True, wrong=[[9]])
+    assert order.check([17, 9]).correct and order.check((9, 17)).correct and not order.check([9, 9]).correct
+    case = Exercise("test.case", "pair", ("C", 3), ignore_case=True, wrong=[("A", 3)])
+    assert case.check((" c ", 3)).correct and not case.check(("c", 4)).correct
+    with pytest.raises(ValueError, match="not both"):
+        Exercise("test.both", "x", 1.0, tolerance=0.1, compare=lambda a, e: True, wrong=[2.0])
+    # a diagnose function makes a value exercise one the website cannot check
+    assert not Exercise("test.diag", "x", 1, wrong=[2], diagnose=lambda a, e: "no").is_declarative
+
+
+def test_check_messages_render_their_markdown_in_a_notebook():
+    ex = Exercise("test.md", "x", 3, mistakes=[(4, "use `n // p`, **not** `n / p`.")])
+    html = ex.check(4)._repr_html_()
+    assert "<code>n // p</code>" in html and "<strong>not</strong>" in html and "`" not in html
+
+
+def test_answer_spec_is_json_with_python_types_kept_apart():
+    import json
+    from pagedlib.exercises.answers import answer_spec
+    from pagedlib.exercises import Above
+    ex = Exercise("test.spec", "x", (1, 2.5, "C", [True]), mistakes=[(Above(3), "m"), ((1, 2), "n")])
+    spec = json.loads(json.dumps(answer_spec(ex)))
+    assert spec["expected"] == {"tuple": [{"int": 1}, {"float": 2.5}, {"str": "C"}, {"list": [{"bool": True}]}]}
+    assert spec["mistakes"] == [[{"op": "above", "value": {"int": 3}}, "m"],
+                                [{"op": "equals", "value": {"tuple": [{"int": 1}, {"int": 2}]}}, "n"]]

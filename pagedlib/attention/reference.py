@@ -90,3 +90,35 @@ def paged_prefill_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         cached = seq_len - (last - first)                          # tokens before the chunk
         out[first:last] = _attend(query[first:last], k, v, scale, causal_from=cached).to(query.dtype)
     return out
+
+
+def online_softmax_steps(scores, values, tile: int) -> list[dict]:
+    """The online softmax of chapter 8, tile by tile: what the kernel holds after each tile.
+
+    ``scores`` are one query's scores ``[T]``, ``values`` the value of each token (``[T]``, one number
+    each, or ``[T, head_dim]``). Each step reads ``tile`` scores and returns a dict: ``start`` and
+    ``end`` (the tokens read), ``tile_max``, ``m`` (the running max after the tile), ``alpha``
+    (``exp(m_old - m)``, what the sums so far were rescaled by), ``l`` and ``acc`` (the running sums)
+    and ``out = acc / l``, the softmax average of the values read so far; after the last tile it is
+    ``softmax(scores) @ values``. In float64; the site's stepper (_static/steppers.js) computes the
+    same numbers, and tests/test_steppers.py compares them.
+    """
+    s_all = torch.as_tensor(scores, dtype=torch.float64)
+    v_all = torch.as_tensor(values, dtype=torch.float64)
+    if tile < 1:
+        raise ValueError(f"tile must be at least 1; got {tile}")
+    m = torch.tensor(float("-inf"), dtype=torch.float64)     # running max
+    l = torch.tensor(0.0, dtype=torch.float64)                # running sum of exp(score - m)
+    acc = torch.zeros(v_all.shape[1:], dtype=torch.float64)   # running sum of exp(score - m) * v
+    steps = []
+    for start in range(0, len(s_all), tile):
+        s, v = s_all[start:start + tile], v_all[start:start + tile]
+        m_new = torch.maximum(m, s.max())
+        alpha = torch.exp(m - m_new)                          # moves the old sums onto the new max
+        p = torch.exp(s - m_new)                              # this tile's weights
+        l = l * alpha + p.sum()
+        acc = acc * alpha + p @ v
+        m = m_new
+        steps.append({"start": start, "end": start + len(s), "tile_max": s.max().item(), "m": m.item(),
+                      "alpha": alpha.item(), "l": l.item(), "acc": acc.tolist(), "out": (acc / l).tolist()})
+    return steps

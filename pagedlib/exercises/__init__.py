@@ -42,6 +42,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .answers import (OTHERWISE, Above, AllOf, AnyItem, AtLeast, Below, Context, FirstWrong, Item,
+                      LengthNot, Not, NotAnInt, NotMultipleOf, OneOf, Rule, values_equal)
+
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
 
 _REGISTRY: dict[str, "Exercise"] = {}
@@ -52,6 +55,9 @@ MIN_HINTS = len(HINT_RUNGS)
 # Appended to every "Not attempted yet": the site shows the stored starter cells, which cannot run.
 RUN_IT_YOURSELF = ("(Reading this on the website? Open the chapter in Colab with the badge at the top "
                    "of the page, then run the cells.)")
+
+# What a wrong answer that no listed mistake explains gets; the website's checker shows the same words.
+TRY_A_HINT = "Try `.hint()` (on the website: the Hint button)."
 
 _COLOURS = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#6e7781"}
 _ICONS = {CORRECT: "Correct", INCORRECT: "Incorrect", NOT_ATTEMPTED: "Not attempted yet"}
@@ -76,7 +82,7 @@ class Result:
 
     def _repr_html_(self) -> str:
         colour = _COLOURS[self.state]
-        msg = f" {html.escape(self.message)}" if self.message else ""
+        msg = f" {_inline_html(self.message)}" if self.message else ""
         return (f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0">'
                 f'<b style="color:{colour}">{_ICONS[self.state]}</b> '
                 f'<code style="color:inherit;background:none">{html.escape(self.exercise)}</code>{msg}</div>')
@@ -243,13 +249,18 @@ class Exercise:
                  mistakes: Sequence[tuple[Any, str]] = (),
                  why: str = "",
                  explanation: str = "",
-                 timeout: float = 5.0):
+                 timeout: float = 5.0,
+                 tolerance: float | None = None,
+                 unordered: bool = False,
+                 ignore_case: bool = False):
         if callable(reference) and not cases:
             raise ValueError(f"exercise {name!r}: a function exercise needs test cases")
         if not wrong and not mistakes:
             raise ValueError(f"exercise {name!r}: give at least one wrong answer for the contract tests")
         if "\n" in why:
             raise ValueError(f"exercise {name!r}: why must be one line; got {why!r}")
+        if compare is not None and (tolerance is not None or unordered or ignore_case):
+            raise ValueError(f"exercise {name!r}: give compare or tolerance/unordered/ignore_case, not both")
         for entry in mistakes:
             if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], str)):
                 raise ValueError(f"exercise {name!r}: each of mistakes must be (answer, message); "
@@ -258,11 +269,18 @@ class Exercise:
         self.question = question
         self.reference = reference
         self.cases = [tuple(c) for c in (cases or [])]
+        self.tolerance = tolerance
+        self.unordered = unordered
+        self.ignore_case = ignore_case
+        if compare is None and not callable(reference) and _plain(reference):
+            # a value exercise compares by its declarative rules, which the website shares
+            compare = self._declared_equal
         self.compare = compare or default_compare
         self.diagnose = diagnose
         self.hints = list(hints)
         self.mistakes = list(mistakes)
-        self.wrong = list(wrong) + [answer for answer, _ in self.mistakes]
+        # rules (Above(78), OTHERWISE...) describe families of answers; only values are answers
+        self.wrong = list(wrong) + [answer for answer, _ in self.mistakes if not isinstance(answer, Rule)]
         # "why" is the one line shown with Correct; a one-line explanation serves as both
         self.why = why or (explanation if explanation and "\n" not in explanation else "")
         self.explanation = explanation
@@ -272,6 +290,27 @@ class Exercise:
     @property
     def is_function(self) -> bool:
         return callable(self.reference)
+
+    def context(self, expected: Any = None) -> Context:
+        """How this exercise compares values (tolerance, order, case), around ``expected``."""
+        return Context(self.reference if expected is None else expected, self.tolerance,
+                       self.unordered, self.ignore_case)
+
+    def _declared_equal(self, answer: Any, expected: Any) -> bool:
+        try:
+            import torch
+            if isinstance(answer, torch.Tensor):
+                return False
+        except ImportError:
+            pass
+        return values_equal(answer, expected, self.context(expected))
+
+    @property
+    def is_declarative(self) -> bool:
+        """A value exercise checked by its answer, tolerance and mistakes alone (no diagnose, no
+        compare function): the website can check it too (answers.answer_spec)."""
+        return (not self.is_function and self.diagnose is None
+                and self.compare == self._declared_equal)
 
     def __repr__(self) -> str:
         return f"<Exercise {self.name}: {self.question}>"
@@ -316,13 +355,17 @@ class Exercise:
             base = f"returned {_short(answer)}{where}, which is not right."
         else:
             base = f"{_short(answer)} is not right."
-        message = self._mistake_message(answer, args) or self._diagnosis(answer, expected, args)
-        return INCORRECT, f"{base} {message}" if message else f"{base} Try `.hint()`."
+        message = self._mistake_message(answer, args, expected) or self._diagnosis(answer, expected, args)
+        return INCORRECT, f"{base} {message}" if message else f"{base} {TRY_A_HINT}"
 
-    def _mistake_message(self, answer: Any, args: tuple | None) -> str | None:
+    def _mistake_message(self, answer: Any, args: tuple | None, expected: Any = None) -> str | None:
         """The message of the first listed mistake that ``answer`` matches (on input ``args``)."""
         for mistake, message in self.mistakes:
             try:
+                if isinstance(mistake, Rule):
+                    if mistake.matches(answer, self.context(expected)):
+                        return message
+                    continue
                 if args is not None and callable(mistake):
                     wrong = _call_with_timeout(mistake, copy.deepcopy(args), self.timeout)
                 else:
@@ -393,12 +436,16 @@ class Exercise:
             more = f" Next: .hint({n + 1})." if n < len(self.hints) else " Next: .solution()."
             _show(_Text(f"{self.hint_title(n)}: {self.hints[n - 1]}{more}"))
 
+    def solution_code(self) -> str:
+        """The solution's Python: the reference function's source, or the answer's repr. The site
+        shows it highlighted, with the explanation as prose below it."""
+        if self.is_function:
+            return textwrap.dedent(inspect.getsource(self.reference)).rstrip("\n")
+        return repr(self.reference)
+
     def solution_text(self) -> str:
         """The solution as ``.solution()`` shows it (a subclass may override either)."""
-        if self.is_function:
-            body = textwrap.dedent(inspect.getsource(self.reference))
-        else:
-            body = repr(self.reference)
+        body = self.solution_code() + ("\n" if self.is_function else "")   # a blank line after code
         text = f"Solution to {self.name}:\n{body}"
         if self.explanation:
             text += f"\n{self.explanation}"
@@ -428,6 +475,13 @@ class Exercise:
                      f"<pre>{solution}</pre>\n</details>")
         parts.append("</div>")
         return "\n".join(parts)
+
+
+def _plain(value: Any) -> bool:
+    """A value the website can hold too: numbers, str, bool, None, and lists and tuples of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return type(value) in (bool, int, float, str, type(None))
+    return type(value) in (list, tuple) and all(_plain(v) for v in value)
 
 
 def _wrong_type(answer: Any, kinds: tuple[type, ...], what: str, where: str) -> str:
@@ -486,4 +540,6 @@ def registry() -> dict[str, Exercise]:
 
 
 __all__ = ["Exercise", "Result", "registry", "default_compare", "CORRECT", "INCORRECT",
-           "NOT_ATTEMPTED", "HINT_RUNGS", "MIN_HINTS"]
+           "NOT_ATTEMPTED", "HINT_RUNGS", "MIN_HINTS", "Rule", "Above", "Below", "AtLeast",
+           "NotMultipleOf", "LengthNot", "Item", "AnyItem", "OneOf", "AllOf", "Not", "FirstWrong", "NotAnInt",
+           "OTHERWISE"]

@@ -41,25 +41,20 @@ _N, _BLOCK = 1500, 256
 masked_lanes = -_N % _BLOCK          # 6 programs x 256 lanes = 1,536 lanes for 1,500 elements
 
 
-def _diagnose_masked(answer, expected):
-    programs = -(-_N // _BLOCK)
-    if answer == _N % _BLOCK:
-        return "that is how many lanes of the last program are ACTIVE; the question asks for the rest."
-    if answer == programs:
-        return "that is the number of programs; count the lanes past the end of the data instead."
-    if answer == programs * _BLOCK:
-        return "that is every lane of the grid; subtract the lanes that hold an element."
-    if answer == _N:
-        return "that is the lanes that hold an element; count the lanes past the end instead."
-    return None
-
+_PROGRAMS = -(-_N // _BLOCK)
+_MASKED_MISTAKES = [
+    (_N % _BLOCK, "that is how many lanes of the last program are ACTIVE; the question asks for the rest."),
+    (_PROGRAMS, "that is the number of programs; count the lanes past the end of the data instead."),
+    (_PROGRAMS * _BLOCK, "that is every lane of the grid; subtract the lanes that hold an element."),
+    (_N, "that is the lanes that hold an element; count the lanes past the end instead."),
+]
 
 masked_lanes = Exercise(
     "ch00.masked_lanes",
     "Predict before you run anything: with n = 1,500 elements and BLOCK = 256, how many lanes of "
     "the grid are masked off (switched off because they are past the end of the data)?",
     masked_lanes,
-    diagnose=_diagnose_masked,
+    mistakes=_MASKED_MISTAKES,
     hints=["First count the programs: enough blocks of 256 to cover 1,500 elements.",
            "The grid has programs x 256 lanes; 1,500 of them hold an element.",
            "programs = ceil(1500 / 256); masked = programs * 256 - 1500."],

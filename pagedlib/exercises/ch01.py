@@ -3,7 +3,7 @@
 Reference solutions are plain functions (or values); each name is then rebound to its Exercise, so
 a notebook calls ``ex.kv_bytes_per_token.check(my_function)``.
 """
-from . import Exercise
+from . import OTHERWISE, Below, Exercise, OneOf
 from ..memory.capacity import GPU_MEMORY_UTILIZATION, GPUS, MODELS, ModelSpec
 
 
@@ -105,27 +105,25 @@ requests_that_fit = Exercise(
 t4_llama3 = requests_that_fit.reference(MODELS["llama-3-8b"], GPUS["T4"].memory_bytes, 2048)
 
 
-def _diagnose_t4(answer, expected):
-    # no digit zero in these messages: the contract tests check that no message reveals the answer
-    spec, t4 = MODELS["llama-3-8b"], GPUS["T4"]
-    per_request = 2048 * spec.kv_bytes_per_token
-    as_sold = 16 * 2**30
-    careless = {(as_sold - spec.weights_bytes) // per_request, as_sold // per_request,
-                t4.memory_bytes // per_request, int(t4.memory_bytes * GPU_MEMORY_UTILIZATION) // per_request}
-    if answer in careless:
-        return ("that takes the T4 as sold (16 GB) or leaves out the weights. Compare the usable "
-                "memory that torch reports with the size of Llama-3-8B's fp16 weights.")
-    if answer < 0:
-        return "a count of requests cannot be negative."
-    return "start with the weights: how much of the T4's usable memory do they leave?"
-
+# no digit zero in these messages: the contract tests check that no message reveals the answer
+_PER_REQUEST = 2048 * MODELS["llama-3-8b"].kv_bytes_per_token
+_AS_SOLD = 16 * 2**30
+_CARELESS = sorted({(_AS_SOLD - MODELS["llama-3-8b"].weights_bytes) // _PER_REQUEST,
+                    _AS_SOLD // _PER_REQUEST, GPUS["T4"].memory_bytes // _PER_REQUEST,
+                    int(GPUS["T4"].memory_bytes * GPU_MEMORY_UTILIZATION) // _PER_REQUEST})
+_T4_MISTAKES = [
+    (OneOf(*_CARELESS), "that takes the T4 as sold (16 GB) or leaves out the weights. Compare the usable "
+                        "memory that torch reports with the size of Llama-3-8B's fp16 weights."),
+    (Below(0), "a count of requests cannot be negative."),
+    (OTHERWISE, "start with the weights: how much of the T4's usable memory do they leave?"),
+]
 
 t4_llama3 = Exercise(
     "ch01.t4_llama3",
     "Predict, then check with your function: how many 2,048-token requests of Llama-3-8B (fp16) fit "
     "on Colab's T4?",
     t4_llama3,
-    diagnose=_diagnose_t4,
+    mistakes=_T4_MISTAKES,
     hints=["The weights come first. Compare them with the T4's usable memory, not with its box.",
            "Llama-3-8B has about 8.03 billion parameters of 2 bytes; the T4's usable memory is "
            "`GPUS['T4'].memory_gib` GiB, and the engine takes GPU_MEMORY_UTILIZATION (92%) of that.",

@@ -4,7 +4,7 @@ fragmentation, and how the maximum sets the capacity.
 Reference solutions are plain functions (or values); each name is then rebound to its Exercise, so
 a notebook calls ``ex.reserve_max_waste.check(my_function)``.
 """
-from . import Exercise
+from . import AtLeast, Exercise
 
 
 def reserve_max_waste(lengths: list[int], max_len: int) -> float:
@@ -86,23 +86,20 @@ split_unused = Exercise(
 predict_capacity = 40_960 // 4096
 
 
-def _diagnose_capacity(answer, expected):
-    # no digits of the answer in these messages: the contract tests check that none reveals it
-    if answer == 40_960 // 2048:
-        return "that is the capacity at a maximum of 2,048; each reservation is now twice as long."
-    if answer == 40 or answer > 40:
-        return "a longer maximum makes every reservation longer, so FEWER requests fit, not more."
-    if answer == 40_960 * 5 // 2581:
-        return "that packs the requests by their real lengths; a reserve-max cache reserves the maximum."
-    return None
-
+# no digits of the answer in these messages: the contract tests check that none reveals it
+_CAPACITY_MISTAKES = [
+    (40_960 // 2048, "that is the capacity at a maximum of 2,048; each reservation is now twice as long."),
+    (AtLeast(40), "a longer maximum makes every reservation longer, so FEWER requests fit, not more."),
+    (40_960 * 5 // 2581, "that packs the requests by their real lengths; a reserve-max cache reserves "
+                         "the maximum."),
+]
 
 predict_capacity = Exercise(
     "ch02.predict_capacity",
     "Predict: the server raises its maximum sequence length from 2,048 to 4,096 tokens. How many "
     "requests fit the 40,960-slot pool now (the same requests, still reserve-max)?",
     predict_capacity,
-    diagnose=_diagnose_capacity,
+    mistakes=_CAPACITY_MISTAKES,
     hints=["Does the answer depend on how long the requests really are?",
            "Each request now reserves 4,096 slots, whatever it holds.",
            "40_960 // 4096"],

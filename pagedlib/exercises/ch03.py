@@ -4,7 +4,7 @@ reservation that even an allocator that knows the future (Orca Oracle) holds.
 Reference solutions are plain functions (or values); each name is then rebound to its Exercise, so
 a notebook calls ``ex.first_fit.check(my_function)``.
 """
-from . import Exercise
+from . import Above, Exercise
 
 
 def first_fit(holes: list[tuple[int, int]], need: int) -> int | None:
@@ -114,22 +114,14 @@ _PROMPT, _OUTPUT = 100, 300
 oracle_reservation = sum(_OUTPUT - t for t in range(_OUTPUT)) / _OUTPUT / (_PROMPT + _OUTPUT)
 
 
-def _close(answer, expected) -> bool:
-    return abs(answer - expected) < 0.005
-
-
-def _diagnose_oracle(answer, expected):
-    if _close(answer, _OUTPUT / (_PROMPT + _OUTPUT)):
-        return "that is the share at the first step only; it shrinks as the request writes: average it."
-    if _close(answer, 0.5):
-        return "half of the OUTPUT is still to come on average; divide by the whole reservation instead."
-    if answer == 0:
-        return ("Oracle has no internal fragmentation, but until the last token is written part of "
-                "its exact reservation is still empty.")
-    if answer > 1:
-        return "give a fraction between 0 and 1, not a percentage."
-    return None
-
+_ORACLE_MISTAKES = [
+    (_OUTPUT / (_PROMPT + _OUTPUT), "that is the share at the first step only; it shrinks as the request "
+                                    "writes: average it."),
+    (0.5, "half of the OUTPUT is still to come on average; divide by the whole reservation instead."),
+    (0, "Oracle has no internal fragmentation, but until the last token is written part of its exact "
+        "reservation is still empty."),
+    (Above(1), "give a fraction between 0 and 1, not a percentage."),
+]
 
 oracle_reservation = Exercise(
     "ch03.oracle_reservation",
@@ -137,8 +129,8 @@ oracle_reservation = Exercise(
     "100-token prompt that will write 300 tokens. Averaged over its 300 decode steps, what fraction of "
     "its reservation holds no K/V yet? (a fraction, two decimals are enough)",
     oracle_reservation,
-    compare=_close,
-    diagnose=_diagnose_oracle,
+    tolerance=0.005,
+    mistakes=_ORACLE_MISTAKES,
     hints=["At each step the reservation is the full 400 slots, but only the prompt and the tokens "
            "written so far hold K/V.",
            "After t output tokens, 300 - t slots are still empty; average that over t = 0 .. 299.",

@@ -3,7 +3,7 @@
 Convention (see ``ch00``): each reference solution is a plain function (or a value), then the same
 name is rebound to the Exercise built from it, so a notebook calls ``ex.pages_for.check(...)``.
 """
-from . import Exercise
+from . import Above, Exercise
 
 
 def pages_for(n_tokens: int, page_size: int) -> int:
@@ -128,25 +128,22 @@ def capacity_at(lengths: tuple, page_size: int, pool_slots: int) -> int:
 predict_capacity = capacity_at(_LENGTHS, 256, _POOL)
 
 
-def _diagnose_predict(answer, expected):
-    # no digits of the answer in these messages: the contract tests check that none reveals it
-    if answer == capacity_at(_LENGTHS, 16, _POOL):
-        return "that is the capacity with 16-token pages; 256-token pages round each request up further."
-    if answer == _POOL // 2048:
-        return "that is reserve-max; even 256-token pages are far smaller than a 2,048-token slot."
-    if answer == _POOL // 256:
-        return "that counts pages in the pool, not requests: a request can hold several pages."
-    if answer > capacity_at(_LENGTHS, 16, _POOL):
-        return "bigger pages never fit MORE requests: each request's last page only gets emptier."
-    return None
-
+# no digits of the answer in these messages: the contract tests check that none reveals it
+_PREDICT_MISTAKES = [
+    (capacity_at(_LENGTHS, 16, _POOL), "that is the capacity with 16-token pages; 256-token pages round "
+                                       "each request up further."),
+    (_POOL // 2048, "that is reserve-max; even 256-token pages are far smaller than a 2,048-token slot."),
+    (_POOL // 256, "that counts pages in the pool, not requests: a request can hold several pages."),
+    (Above(capacity_at(_LENGTHS, 16, _POOL)), "bigger pages never fit MORE requests: each request's last "
+                                              "page only gets emptier."),
+]
 
 predict_capacity = Exercise(
     "ch04.predict_capacity",
     "Predict before the sweep: with 256-token pages instead of 16, how many requests of the five-request "
     "mix fit the 40,960-slot pool?",
     predict_capacity,
-    diagnose=_diagnose_predict,
+    mistakes=_PREDICT_MISTAKES,
     hints=["Round each of the five lengths up to whole 256-token pages.",
            "512 -> 512, 37 -> 256, 1,900 -> 2,048, 128 -> 256, 4 -> 256 slots: add them up.",
            "40_960 * 5 // (512 + 256 + 2048 + 256 + 256)"],

@@ -6,7 +6,7 @@ to the Exercise built from it, so a notebook calls ``ex.slot_of.check(...)``.
 """
 import torch
 
-from . import Exercise, default_compare
+from . import AnyItem, Exercise, Item, LengthNot, Not, default_compare
 
 
 def slot_of(block_table: tuple, token: int, block_size: int) -> int:
@@ -184,19 +184,16 @@ def _predicted_csr() -> tuple[list[int], list[int]]:
     return indptr, last
 
 
-def _diagnose_predict_csr(got, want) -> str | None:
-    if not (isinstance(got, (list, tuple)) and len(got) == 2):
-        return "give a pair: (indptr, last_page_len), two lists."
-    indptr, last = (list(g) if isinstance(g, (list, tuple)) else g for g in got)
-    if isinstance(last, list) and any(g == 0 for g in last):
-        return ("a last_page_len of 0? `n % page_size` is 0 for a full page, but a full last page "
-                "holds page_size tokens.")
-    if isinstance(indptr, list) and (len(indptr) != len(want[0]) or indptr[:1] != [0]):
-        return f"indptr starts at 0 and has {len(want[0])} entries: one more than the sequences."
-    if isinstance(indptr, list) and indptr and indptr[-1] == sum(PREDICT_SEQ_LENS):
-        return "indptr counts pages, not tokens."
-    return None
-
+_PREDICT_CSR_MISTAKES = [
+    (LengthNot(2), "give a pair: (indptr, last_page_len), two lists."),
+    (Item(1, AnyItem(0)), "a last_page_len of 0? `n % page_size` is 0 for a full page, but a full last "
+                          "page holds page_size tokens."),
+    (Item(0, LengthNot(len(PREDICT_SEQ_LENS) + 1)),
+     f"indptr starts at 0 and has {len(PREDICT_SEQ_LENS) + 1} entries: one more than the sequences."),
+    (Item(0, Item(0, Not(0))),
+     f"indptr starts at 0 and has {len(PREDICT_SEQ_LENS) + 1} entries: one more than the sequences."),
+    (Item(0, Item(-1, sum(PREDICT_SEQ_LENS))), "indptr counts pages, not tokens."),
+]
 
 predict_csr = Exercise(
     "ch05.predict_csr",
@@ -204,7 +201,7 @@ predict_csr = Exercise(
     "tokens. Before running any code, write down FlashInfer's `indptr` and `last_page_len` for them: "
     "answer `(indptr, last_page_len)`.",
     _predicted_csr(),
-    diagnose=_diagnose_predict_csr,
+    mistakes=_PREDICT_CSR_MISTAKES,
     hints=["indptr is a running total of pages, starting at 0; last_page_len says how full each "
            "sequence's last page is.",
            "Count each sequence's pages, ceil(n / 4), then add them up one by one for indptr.",

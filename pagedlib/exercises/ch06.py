@@ -15,7 +15,8 @@ import textwrap
 from collections import deque
 from itertools import count
 
-from . import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Timeout, _call_with_timeout, _Text, _show
+from . import (CORRECT, INCORRECT, NOT_ATTEMPTED, Above, Below, Exercise, Item, LengthNot, Timeout,
+               _call_with_timeout, _show, _Text)
 
 # ---- exercise 1: fork + copy-on-write ------------------------------------------------------------
 
@@ -262,9 +263,13 @@ class PoolExercise(Exercise):
                 return INCORRECT, f"{where}: {_diagnose_pool(got, expected)}"
         return CORRECT, ""
 
+    def solution_code(self) -> str:
+        """The two methods of the pool class."""
+        return "\n".join(textwrap.dedent(inspect.getsource(m))
+                         for m in (self.reference.fork, self.reference.append)).rstrip("\n")
+
     def solution(self) -> None:
-        body = "\n".join(textwrap.dedent(inspect.getsource(m))
-                         for m in (self.reference.fork, self.reference.append))
+        body = self.solution_code() + "\n"
         _show(_Text(f"Solution to {self.name} (the two methods of your pool class):\n{body}\n"
                     f"{self.explanation}"))
 
@@ -300,23 +305,17 @@ def _predicted() -> tuple[int, int]:
     return outcome["blocks in use"], outcome["copies"]
 
 
-def _diagnose_predict(got, want) -> str | None:
-    if not (isinstance(got, (list, tuple)) and len(got) == 2):
-        return "give a pair: (blocks in use, copies made)."
-    blocks, copies = got
-    appends = sum(op == "append" for op, *_ in PREDICT_SCRIPT)
-    if copies == appends:
-        return "Not every append copies: only a write into a shared, partly filled block does."
-    if copies > want[1]:
-        return ("Too many copies: the last holder of a block writes in place, and a full block is "
-                "never copied (a new block is simply added).")
-    if copies < want[1]:
-        return "Too few copies: each sequence that writes into a block others still hold needs one."
-    if blocks != want[0]:
-        return ("The copies are right, the blocks are not: count every block some table holds, once, "
-                "however many tables hold it.")
-    return None
-
+_APPENDS = sum(op == "append" for op, *_ in PREDICT_SCRIPT)
+_PREDICT_MISTAKES = [
+    (LengthNot(2), "give a pair: (blocks in use, copies made)."),
+    (Item(1, _APPENDS), "Not every append copies: only a write into a shared, partly filled block does."),
+    (Item(1, Above(_predicted()[1])), "Too many copies: the last holder of a block writes in place, and "
+                                      "a full block is never copied (a new block is simply added)."),
+    (Item(1, Below(_predicted()[1])), "Too few copies: each sequence that writes into a block others "
+                                      "still hold needs one."),
+    (Item(1, _predicted()[1]), "The copies are right, the blocks are not: count every block some "
+                               "table holds, once, however many tables hold it."),
+]
 
 predict_blocks_and_copies = Exercise(
     "ch06.predict_blocks_and_copies",
@@ -325,7 +324,7 @@ predict_blocks_and_copies = Exercise(
     "many blocks are in use at the end, and how many copy-on-write copies were made? Answer "
     "`(blocks, copies)`.",
     _predicted(),
-    diagnose=_diagnose_predict,
+    mistakes=_PREDICT_MISTAKES,
     hints=["Only the partly filled last block of a sequence can be written; it needs a copy while "
            "another table still holds it, and no copy once the writer is its only holder.",
            "Track the ref count of a's second block (tokens 4-7) through the script; then ask what "

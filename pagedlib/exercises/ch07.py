@@ -1,7 +1,7 @@
 """Chapter 7 exercises: the hit count of a prompt mix under prefix caching."""
 from __future__ import annotations
 
-from . import Exercise
+from . import AllOf, Exercise, FirstWrong, Item, LengthNot, NotMultipleOf
 
 # ---- exercise 1: the hit count of a prompt mix ------------------------------------------------
 
@@ -46,22 +46,21 @@ _WHY = {   # what each prompt of the mix tests, for a targeted message when its 
 }
 
 
-def _diagnose_hits(answer, expected) -> str | None:
-    if len(answer) != len(expected):
-        return f"give one number per prompt: {len(expected)} numbers, in the order of PROMPT_MIX."
-    if [a * BLOCK_SIZE for a in answer] == list(expected):
-        return "Those look like counts of blocks: the question asks for tokens."
-    for i, (a, e) in enumerate(zip(answer, expected)):
-        if a == e:
-            continue
-        if a % BLOCK_SIZE:
-            return (f"prompt {i + 1}: hits come in whole blocks of {BLOCK_SIZE} tokens; a block that "
-                    "only partly matches is never a hit.")
-        if i == 0:
-            return "prompt 1: the cache starts empty."
-        return f"prompt {i + 1} is off: {_WHY.get(i, 'compare with the blocks earlier prompts left')}."
-    return None
-
+_EXPECTED_HITS = prefix_cache_hits(PROMPT_MIX, BLOCK_SIZE)
+_HIT_MISTAKES = [
+    (LengthNot(len(PROMPT_MIX)), f"give one number per prompt: {len(PROMPT_MIX)} numbers, in the order "
+                                 "of PROMPT_MIX."),
+    ([e // BLOCK_SIZE for e in _EXPECTED_HITS], "Those look like counts of blocks: the question asks "
+                                                "for tokens."),
+    # the first prompt whose count is wrong gets the message
+    *[(AllOf(FirstWrong(i), Item(i, NotMultipleOf(BLOCK_SIZE))),
+       f"prompt {i + 1}: hits come in whole blocks of {BLOCK_SIZE} tokens; a block that only partly "
+       "matches is never a hit.") for i in range(len(PROMPT_MIX))],
+    (FirstWrong(0), "prompt 1: the cache starts empty."),
+    *[(FirstWrong(i), f"prompt {i + 1} is off: "
+                      f"{_WHY.get(i, 'compare with the blocks earlier prompts left')}.")
+      for i in range(1, len(PROMPT_MIX))],
+]
 
 hit_count = Exercise(
     "ch07.hit_count",
@@ -69,7 +68,7 @@ hit_count = Exercise(
     "evicted). How many prompt tokens does each prompt get from the cache? Answer a list of seven "
     "numbers, one per prompt.",
     prefix_cache_hits(PROMPT_MIX, BLOCK_SIZE),
-    diagnose=_diagnose_hits,
+    mistakes=_HIT_MISTAKES,
     hints=["Only full blocks of 4 tokens are cached, and a block's name depends on every token "
            "before it, so hits always start at the first block and stop at the first miss.",
            "A prompt never gets its last token from the cache: at most (len - 1) // 4 blocks hit. "
@@ -102,20 +101,17 @@ def evict_replay() -> dict[str, int]:
     return hits
 
 
-def _diagnose_evict(answer, expected) -> str | None:
-    full = (len(EVICT_REQUESTS["A"]) - 1) // EVICT_BLOCK_SIZE * EVICT_BLOCK_SIZE
-    if answer == full:
-        return ("Not all of A's cached blocks can have survived: C needed more blocks than the empty "
-                "ones left, so cached blocks were evicted. Whose, and which end of A first?")
-    if answer == full - EVICT_BLOCK_SIZE:
-        return ("C evicted two cached blocks, not one: which two were the least recently used?")
-    if answer == 0:
-        return ("A's blocks were freed tail first, so its tail is the least recently used end: does "
-                "C's eviction reach A's first block?")
-    if answer % EVICT_BLOCK_SIZE:
-        return "hits come in whole blocks: a block that only partly matches is never a hit."
-    return None
-
+_FULL = (len(EVICT_REQUESTS["A"]) - 1) // EVICT_BLOCK_SIZE * EVICT_BLOCK_SIZE
+_EVICT_MISTAKES = [
+    (_FULL, "Not all of A's cached blocks can have survived: C needed more blocks than the empty ones "
+            "left, so cached blocks were evicted. Whose, and which end of A first?"),
+    (_FULL - EVICT_BLOCK_SIZE, "C evicted two cached blocks, not one: which two were the least recently "
+                               "used?"),
+    (0, "A's blocks were freed tail first, so its tail is the least recently used end: does C's "
+        "eviction reach A's first block?"),
+    (NotMultipleOf(EVICT_BLOCK_SIZE), "hits come in whole blocks: a block that only partly matches is "
+                                      "never a hit."),
+]
 
 evicted_prefix = Exercise(
     "ch07.evicted_prefix",
@@ -123,7 +119,7 @@ evicted_prefix = Exercise(
     "then C (16 tokens, nothing in common) runs; then A comes back. How many of A's tokens hit "
     "the cache the second time?",
     evict_replay()["A again"],
-    diagnose=_diagnose_evict,
+    mistakes=_EVICT_MISTAKES,
     hints=["A freed block keeps its name until the pool hands it out again; this manager hands out "
            "empty blocks first, then cached ones, least recently used first.",
            "Count the empty blocks C can take, then how many cached ones it must evict, and in which "

@@ -19,7 +19,7 @@ import triton.language as tl
 from .. import runtime
 from ..attention.reference import gather_kv, paged_attention_ref
 from ..attention.inputs import random_paged_inputs
-from . import Exercise
+from . import AnyItem, Exercise, Not, OneOf
 from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
 
 DEVICE, DTYPE = runtime.DEVICE, runtime.DTYPE
@@ -611,30 +611,21 @@ def bug_lengths() -> list[int]:
     return [n for n in BUG_LENGTHS if n > BUG_BLOCK_SIZE and n % BUG_BLOCK_SIZE != 0]
 
 
-def _same_lengths(answer, expected) -> bool:
-    return sorted(answer) == sorted(expected)
-
-
-def _diagnose_bug(answer, expected) -> str | None:
-    chosen = set(answer)
-    if chosen - set(BUG_LENGTHS):
-        return f"Choose among the lengths {BUG_LENGTHS}."
-    if chosen & {3, 8}:
-        return ("A sequence of one page is computed right: on page 0, `offsets < seq_len` is the right "
-                "mask.")
-    if chosen & {16, 24}:
-        return ("When the last page is full, every row the buggy mask lets through is a real token of "
-                "the sequence.")
-    return None
-
+_BUG_MISTAKES = [
+    (AnyItem(Not(OneOf(*BUG_LENGTHS))), f"Choose among the lengths {BUG_LENGTHS}."),
+    (AnyItem(OneOf(3, 8)), "A sequence of one page is computed right: on page 0, `offsets < seq_len` is "
+                           "the right mask."),
+    (AnyItem(OneOf(16, 24)), "When the last page is full, every row the buggy mask lets through is a "
+                             "real token of the sequence."),
+]
 
 bug_lengths = Exercise(
     "ch08.bug_lengths",
     f"Predict, before running it: for sequences of {BUG_LENGTHS} tokens in pages of "
     f"{BUG_BLOCK_SIZE}, which lengths does `buggy_decode` get wrong? Answer with a list of lengths.",
     bug_lengths(),
-    compare=_same_lengths,
-    diagnose=_diagnose_bug,
+    unordered=True,
+    mistakes=_BUG_MISTAKES,
     hints=["Read the mask line and ask, for a page after the first, which of its rows it lets through.",
            "On page 1 of a 9-token sequence, `offsets` runs 0 to 7, all below 9: every row counts as a "
            "token, but only one of them is. Which lengths have a page after the first that is not full?",

@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..attention.triton_backend import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
-from . import Exercise
+from . import AtLeast, Exercise
 
 
 def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,
@@ -119,22 +119,18 @@ num_splits = Exercise(
 PREDICT_SETTING = dict(num_seqs=4, num_kv_heads=8, max_seq_len=8192, sms=40)   # a T4, batch 4
 
 
-def _diagnose_predict(answer, expected) -> str | None:
-    if answer == 1:
-        return "4 sequences x 8 K/V heads give fewer programs than the T4's 40 SMs, so it splits."
-    if answer == 2:
-        return "Two programs per SM need 80 programs, 2.5 per (sequence, K/V head): round up."
-    if answer >= 10:
-        return "Neither cap (by tokens, or the maximum) binds here: two programs per SM does."
-    return None
-
+_PREDICT_MISTAKES = [
+    (1, "4 sequences x 8 K/V heads give fewer programs than the T4's 40 SMs, so it splits."),
+    (2, "Two programs per SM need 80 programs, 2.5 per (sequence, K/V head): round up."),
+    (AtLeast(10), "Neither cap (by tokens, or the maximum) binds here: two programs per SM does."),
+]
 
 predict_splits = Exercise(
     "ch09.predict_splits",
     "Predict, before the table below prints it: how many splits does the rule choose for 4 "
     "sequences of Llama-3-8B (8 K/V heads) with block tables of 8,192 tokens on a T4 (40 SMs)?",
     num_splits.reference(**PREDICT_SETTING),
-    diagnose=_diagnose_predict,
+    mistakes=_PREDICT_MISTAKES,
     hints=["First count the single pass's programs and compare them with the SMs.",
            "32 programs on 40 SMs leave SMs idle; the rule aims for about two programs per SM, "
            "2 * 40 in all, then checks the two caps.",

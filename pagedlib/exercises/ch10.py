@@ -7,7 +7,7 @@ pagedlib's own scheduler and engine, so the references here are the ones the cod
 """
 from __future__ import annotations
 
-from . import Exercise
+from . import AllOf, AnyItem, Exercise, Item, LengthNot, Not, NotAnInt
 
 # ---- exercise 1: the slots of one mixed step ---------------------------------------------------
 
@@ -23,26 +23,20 @@ def _slots(step: dict) -> list[int]:
             for name in ("A", "B") for pos in step["positions"][name]]
 
 
-def _diagnose_slots(answer, expected) -> str | None:
-    if not isinstance(answer, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
-                                                        for a in answer):
-        return "Answer a list of ints, one slot per token of the batch."
-    if len(answer) != len(expected):
-        return (f"The batch has {len(expected)} tokens (A's one decode token, then B's chunk of 5): "
-                f"give one slot for each, in batch order; got {len(answer)}.")
-    positions = [p for name in ("A", "B") for p in MIXED_STEP["positions"][name]]
-    if list(answer) == positions:
-        return ("Those are the positions. A slot is where the token's K/V goes in the cache: "
-                "block_table[position // block_size] * block_size + position % block_size.")
-    bs, first = MIXED_STEP["block_size"], MIXED_STEP["tables"]["B"][0]
-    if list(answer[1:]) == [first * bs + p for p in MIXED_STEP["positions"]["B"]]:
-        return ("B's slots run on from its first block, but position 4 is in B's second block, "
-                "and a block table need not be contiguous: look its block up.")
-    if answer[0] != expected[0]:
-        return ("A's slot is wrong: its token at position 6 goes to the block at index 6 // 4 of "
-                "A's table, at offset 6 % 4.")
-    return None
-
+_POSITIONS = [p for name in ("A", "B") for p in MIXED_STEP["positions"][name]]
+_B_FIRST = MIXED_STEP["tables"]["B"][0] * MIXED_STEP["block_size"]
+_SLOT_MISTAKES = [
+    (AnyItem(NotAnInt()), "Answer a list of ints, one slot per token of the batch."),
+    (LengthNot(len(_POSITIONS)), f"The batch has {len(_POSITIONS)} tokens (A's one decode token, then B's "
+                                 "chunk of 5): give one slot for each, in batch order."),
+    (_POSITIONS, "Those are the positions. A slot is where the token's K/V goes in the cache: "
+                 "block_table[position // block_size] * block_size + position % block_size."),
+    (AllOf(*[Item(1 + i, _B_FIRST + p) for i, p in enumerate(MIXED_STEP["positions"]["B"])]),
+     "B's slots run on from its first block, but position 4 is in B's second block, and a block "
+     "table need not be contiguous: look its block up."),
+    (Item(0, Not(_slots(MIXED_STEP)[0])), "A's slot is wrong: its token at position 6 goes to the block "
+                                          "at index 6 // 4 of A's table, at offset 6 % 4."),
+]
 
 mixed_slots = Exercise(
     "ch10.mixed_slots",
@@ -51,7 +45,7 @@ mixed_slots = Exercise(
     "step; its block table is [4, 1, 0]. The batch holds A's token first, then B's five. Predict its "
     "`slot_mapping`: the cache slot of each of the 6 tokens, as a list of ints.",
     _slots(MIXED_STEP),
-    diagnose=_diagnose_slots,
+    mistakes=_SLOT_MISTAKES,
     hints=["A slot is one row of the cache: block id times block size plus the offset inside the "
            "block. The block id comes from the sequence's own block table, never from its position "
            "alone.",
@@ -73,29 +67,16 @@ PREEMPT_SCENARIO = {"num_blocks": 5, "block_size": 4,
 preempted = ("C", 3)
 
 
-def _diagnose_preempted(answer, expected) -> str | None:
-    if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        return "Answer with a pair (name, step), for example (\"B\", 4)."
-    name, step = answer
-    name = str(name).strip().upper()
-    if name == "A":
-        return ("A is the one that runs out of room, but the scheduler does not preempt whoever asks: "
-                "it protects the requests that have waited longest.")
-    if name == "B":
-        return ("B does need a block first, but in that step one is still free. Find the first step "
-                "where some request needs a block and none is left.")
-    if name == expected[0] and step != expected[1]:
-        return ("Right request, wrong step. Count the tokens each request holds at the start of every "
-                "step (its prompt plus the tokens generated so far) and find when one crosses into a "
-                "new block while no block is free.")
-    return None
-
-
-def _compare_preempted(answer, expected) -> bool:
-    return (isinstance(answer, (list, tuple)) and len(answer) == 2
-            and str(answer[0]).strip().upper() == expected[0]
-            and not isinstance(answer[1], bool) and answer[1] == expected[1])
-
+_PREEMPT_MISTAKES = [
+    (LengthNot(2), "Answer with a pair (name, step), for example (\"B\", 4)."),
+    (Item(0, "A"), "A is the one that runs out of room, but the scheduler does not preempt whoever asks: "
+                   "it protects the requests that have waited longest."),
+    (Item(0, "B"), "B does need a block first, but in that step one is still free. Find the first step "
+                   "where some request needs a block and none is left."),
+    (Item(0, preempted[0]), "Right request, wrong step. Count the tokens each request holds at the start "
+                            "of every step (its prompt plus the tokens generated so far) and find when "
+                            "one crosses into a new block while no block is free."),
+]
 
 preempted = Exercise(
     "ch10.preempted",
@@ -103,8 +84,8 @@ preempted = Exercise(
     "arrive together, in that order, each to generate 8 tokens. Step 1 admits all three. Which request is "
     "preempted first, and in which step? Answer a pair (name, step).",
     preempted,
-    compare=_compare_preempted,
-    diagnose=_diagnose_preempted,
+    ignore_case=True,
+    mistakes=_PREEMPT_MISTAKES,
     hints=["Preemption frees the newest running request's blocks, whoever asked for one. In each "
            "step every running request first needs room for the token it sampled last.",
            "Step 1 admits A, B and C: count the blocks their prompts take and what is left; then "

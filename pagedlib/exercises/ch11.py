@@ -22,16 +22,13 @@ def steps_to_first_token(prompt_len: int, num_decoding: int, budget: int) -> int
     return -(-prompt_len // per_step)                # the last chunk's step samples the first token
 
 
-def _diagnose_steps(answer, expected) -> str | None:
-    if answer == -(-PROMPT_LEN // BUDGET):
-        return (f"That is the prompt over the whole budget: the {NUM_DECODING} decodes are scheduled "
-                "first, so less of each step is left for the prompt.")
-    if answer == expected + 1:
-        return "One too many: the step that computes the prompt's last chunk also samples its first token."
-    if answer == 1:
-        return "A step schedules at most the budget's tokens: the whole prompt cannot fit in one step."
-    return None
-
+_STEPS_MISTAKES = [
+    (-(-PROMPT_LEN // BUDGET), f"That is the prompt over the whole budget: the {NUM_DECODING} decodes are "
+                               "scheduled first, so less of each step is left for the prompt."),
+    (steps_to_first_token(PROMPT_LEN, NUM_DECODING, BUDGET) + 1,
+     "One too many: the step that computes the prompt's last chunk also samples its first token."),
+    (1, "A step schedules at most the budget's tokens: the whole prompt cannot fit in one step."),
+]
 
 steps_to_first = Exercise(
     "ch11.steps_to_first",
@@ -39,7 +36,7 @@ steps_to_first = Exercise(
     f"and a {PROMPT_LEN:,}-token prompt arrives alone in the queue. How many steps, counting the "
     "step it starts in, until that request samples its first token?",
     steps_to_first_token(PROMPT_LEN, NUM_DECODING, BUDGET),
-    diagnose=_diagnose_steps,
+    mistakes=_STEPS_MISTAKES,
     hints=["Decodes first: every step gives each running request its one token before any prompt gets "
            "a chunk.",
            f"So each step leaves {BUDGET} minus the decodes for the prompt; count the chunks it takes.",

@@ -6,7 +6,7 @@ calls ``ex.reserve_max_capacity.check(my_function)``.
 """
 from __future__ import annotations
 
-from . import Exercise
+from . import OTHERWISE, Above, Below, Exercise
 
 POW2_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -147,14 +147,13 @@ def _alpaca_waste(block_size: int = PREDICT_PAGE) -> float:
     return float(1 - lengths.sum() / held.sum())
 
 
-def _diagnose_waste(answer, expected) -> str | None:
-    if answer > 1:
-        return "Give a fraction between 0 and 1 (0.25 means a quarter), not a percentage."
-    if answer < expected:
-        return ("Too low: most Alpaca requests are far shorter than one 128-token page, and a request "
-                "holds its whole last page.")
-    return "Too high: the longer requests fill most of their pages; only each last page is partly empty."
-
+_WASTE_MISTAKES = [
+    (Above(1), "Give a fraction between 0 and 1 (0.25 means a quarter), not a percentage."),
+    (Below(round(_alpaca_waste(), 3)), "Too low: most Alpaca requests are far shorter than one 128-token "
+                                       "page, and a request holds its whole last page."),
+    (OTHERWISE, "Too high: the longer requests fill most of their pages; only each last page is partly "
+                "empty."),
+]
 
 alpaca_waste = Exercise(
     "ch12.alpaca_waste",
@@ -162,8 +161,8 @@ alpaca_waste = Exercise(
     "pages, what share of the slots they hold at their final length is empty? A fraction; within 0.05 "
     "counts.",
     round(_alpaca_waste(), 3),
-    compare=lambda answer, expected: abs(answer - expected) <= 0.05,
-    diagnose=_diagnose_waste,
+    tolerance=0.05,
+    mistakes=_WASTE_MISTAKES,
     hints=["A request holds whole pages: everything from its last token to the end of its last page "
            "is empty.",
            "A request of n tokens holds ceil(n / 128) pages. Most Alpaca requests need one page; what "
