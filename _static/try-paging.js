@@ -131,6 +131,11 @@
     return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
   }
 
+  /** "1 token", "2,048 tokens": a count with its noun, singular for one. */
+  function count(n, noun) {
+    return fmt(n) + " " + noun + (Math.round(n) === 1 ? "" : "s");
+  }
+
   function percent(fraction) {
     return (fraction * 100).toFixed(1) + "%";
   }
@@ -198,9 +203,15 @@
       el["lengths"].value = SEED_LENGTHS.join(", ");
       el["max-len"].value = "2048";
       el["pool-size"].value = "40960";
+      // the page size and the layout go back to the page's own starting values too
+      el["page-size"].value = el["page-size"].defaultValue;
+      el["mode-paged"].checked = el["mode-paged"].defaultChecked;
+      el["mode-reserve"].checked = el["mode-reserve"].defaultChecked;
       // every field now holds good text: clear each one's error, message and red border
       ["lengths", "max-len", "pool-size"].forEach(function (testid) { self.accept(testid); });
-      self.update({ lengths: SEED_LENGTHS.slice(), maxLen: 2048, pool: 40960 });
+      self.update({ lengths: SEED_LENGTHS.slice(), maxLen: 2048, pool: 40960,
+                    pageSize: Math.pow(2, Number(el["page-size"].value)),
+                    mode: el["mode-paged"].checked ? "paged" : "reserve" });
     });
     el["max-len"].addEventListener("change", function () { self.applyNumber("max-len", "max length", "maxLen"); });
     el["pool-size"].addEventListener("change", function () { self.applyNumber("pool-size", "pool size", "pool"); });
@@ -314,8 +325,9 @@
     var paged = s.mode === "paged";
 
     el["page-size"].disabled = !paged;
-    el["page-size"].setAttribute("aria-valuetext", fmt(s.pageSize) + (s.pageSize === 1 ? " token" : " tokens"));
+    el["page-size"].setAttribute("aria-valuetext", count(s.pageSize, "token"));
     el["page-size-value"].textContent = fmt(s.pageSize);
+    if (el["page-size-unit"]) { el["page-size-unit"].textContent = s.pageSize === 1 ? "token" : "tokens"; }
     this.root.setAttribute("data-mode", s.mode);
 
     setNumber(el["used"], r.plan.used, fmt(r.plan.used));
@@ -326,11 +338,17 @@
 
     var layout = paged ? "Paged, " + fmt(s.pageSize) + "-token pages" : "Reserve-max, " + fmt(s.maxLen) + "-token slots";
     var fit = fmt(r.capacity) + (r.capacity === 1 ? " request fits" : " requests fit") + " the pool";
+    // the capacity is the pool over the AVERAGE allocation: say so when one request alone is too big
+    var largest = Math.max.apply(null, r.plan.perRequest);
+    if (largest > s.pool) {
+      fit = (r.capacity === 0 ? "no request fits the pool" : fit + " on average") +
+        ", but the longest request alone needs " + count(largest, "slot") + ", more than the pool's " + fmt(s.pool);
+    }
     var against = isFinite(r.ratio)
       ? (paged ? " (" + times(r.ratio) + " reserve-max)." : ".")
       : "; reserve-max fits none: the pool is smaller than one " + fmt(s.maxLen) + "-token reservation.";
     el["summary"].textContent = layout + ": " + fmt(r.plan.allocated) + " slots allocated for " +
-      fmt(r.plan.used) + " tokens of K/V, waste " + percent(r.waste) + ", " + fit + against;
+      count(r.plan.used, "token") + " of K/V, waste " + percent(r.waste) + ", " + fit + against;
 
     this.drawRows(r.plan);
     this.drawPool(r);
@@ -379,7 +397,8 @@
       var wasteKind = paged ? "tail" : "padding";
       var segs = [{ kind: "kv", slots: n }, { kind: wasteKind, slots: waste }, { kind: "free", slots: width - alloc }];
       var b = bar("tp-bar", width, segs);
-      var words = "Request " + (i + 1) + ": " + fmt(n) + " tokens of K/V in " + fmt(alloc) + " allocated slots" +
+      var words = "Request " + (i + 1) + ": " + count(n, "token") + " of K/V in " + fmt(alloc) + " allocated " +
+        (alloc === 1 ? "slot" : "slots") +
         (paged ? " (" + fmt(pagesFor(n, s.pageSize)) + " pages of " + s.pageSize + ", tail " + fmt(waste) + ")"
           : " (padding " + fmt(waste) + ")");
       b.setAttribute("role", "img");
@@ -415,12 +434,16 @@
     var n = plan.lengths.length;
     var words;
     if (plan.allocated <= s.pool) {
-      words = "These " + n + " requests take " + fmt(plan.allocated) + " of the pool's " + fmt(s.pool) +
+      words = (n === 1 ? "This request takes " : "These " + fmt(n) + " requests take ") + fmt(plan.allocated) + " of the pool's " + fmt(s.pool) +
         " slots (" + percent(plan.allocated / s.pool) + "); the rest is free. At " +
         fmt(plan.allocated / n) + " slots per request on average, the pool fits " + fmt(r.capacity) + " requests like these.";
     } else {
-      words = "These " + n + " requests need " + fmt(plan.allocated) + " slots, more than the pool's " + fmt(s.pool) +
+      words = (n === 1 ? "This request needs " : "These " + fmt(n) + " requests need ") + fmt(plan.allocated) + " slots, more than the pool's " + fmt(s.pool) +
         ". At " + fmt(plan.allocated / n) + " slots per request on average, it fits " + fmt(r.capacity) + ".";
+    }
+    var largest = Math.max.apply(null, plan.perRequest);
+    if (largest > s.pool) {
+      words += " The longest request alone needs " + count(largest, "slot") + ": it does not fit the pool at all.";
     }
     b.setAttribute("role", "img");
     b.setAttribute("aria-label", "The pool: " + words);

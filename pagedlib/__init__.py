@@ -29,6 +29,8 @@ module                          idea                                            
 ``models.llama``                the Llama family (RMSNorm, RoPE, GQA, SwiGLU;       10
                                 Qwen2)
 ``models.loading``              ``from_hf`` / ``from_pretrained`` by architecture   10
+``models.smollm2``              a real chat model without the internet (SmolLM2-    7, 10, 11
+                                135M-Instruct from the package index)
 ``engine.scheduler``            continuous batching: token budget, chunked          10, 11
                                 prefill, preemption
 ``engine.batch``                one step's tokens as one flat ``PagedBatch``        10
@@ -67,10 +69,11 @@ _EXPORTS = {
     # attention
     "paged_attention_ref": "attention.reference", "paged_prefill_ref": "attention.reference",
     "paged_attention": "attention.triton_backend", "paged_prefill": "attention.triton_backend",
-    "write_kv": "attention.triton_backend",
+    "write_kv": "attention.triton_backend", "paged_attention_varlen": "attention.triton_backend",
     # models
     "KVCache": "models.layers", "PagedModel": "models.layers", "GPT2": "models.gpt2", "Llama": "models.llama",
     "from_hf": "models.loading", "from_pretrained": "models.loading",
+    "load_smollm2": "models.smollm2",
     # engine
     "PagedBatch": "engine.batch", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
     "SamplingParams": "engine.sampling", "ReserveMaxLLM": "engine.baseline",

@@ -30,9 +30,11 @@ def draw():
     from matplotlib.patches import Patch
 
     from pagedlib.plots import COLORS, PADDING_HATCH
+    from pagedlib.plots.style import FIGURE_WIDTH, fit
 
     reserve, paged = reserve_max_plan(LENGTHS, MAX_LEN), paged_plan(LENGTHS, PAGE)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 5.4), layout="constrained", sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.6), layout="constrained",
+                                   sharex=True)
     plot_rows(reserve, width=MAX_LEN, ax=top)
     plot_rows(paged, width=MAX_LEN, ax=bottom)
     for ax in (top, bottom):
@@ -49,8 +51,8 @@ def draw():
                               label="reserved, never used"),
                         Patch(color=COLORS["tail"], label="unused tail of a page"),
                         Patch(facecolor=COLORS["free"], edgecolor="#d0d0d0", label="free for others")],
-               loc="outside lower center", ncol=4, fontsize=10, frameon=False)
-    return fig
+               loc="outside lower center", ncol=2, fontsize=10, frameon=False)
+    return fit(fig)
 
 
 def main() -> None:

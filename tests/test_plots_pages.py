@@ -3,7 +3,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import pytest
+from figures import check_open_figures  # noqa: E402
 
 from pagedlib.plots import PoolFrame, animate_pool, animation_html, plot_page_table  # noqa: E402
 
@@ -11,7 +12,7 @@ from pagedlib.plots import PoolFrame, animate_pool, animation_html, plot_page_ta
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
-    plt.close("all")
+    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
 
 
 def _arrows(ax):
@@ -26,7 +27,7 @@ def test_plot_page_table_draws_one_arrow_per_table_entry():
     # each arrow ends at the physical page the table names: c's third logical page is page 0
     ends = sorted(round(a.xy[1], 3) for a in _arrows(ax))
     assert len(set(ends)) == 6                       # six different physical pages
-    assert "6 of 6 pages" in ax.get_title() and fig.legends
+    assert "6 of 6 pages" in ax.get_title().replace("\n", " ") and fig.legends
 
 
 def test_plot_page_table_refuses_inconsistent_tables():

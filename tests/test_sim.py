@@ -228,13 +228,19 @@ def test_figures_have_titles_labels_and_legends():
     import matplotlib.pyplot as plt
     from pagedlib import plots
 
+    from pagedlib.plots.style import PHONE_TEXT_PX, phone_text_px
+
     w = Workload.sharegpt(150, seed=0)
+    rates = np.array([0.25, 0.5, 1.0])
+    curves = {p: np.array([0.03, 0.05, 0.4]) for p in ("max", "pow2", "oracle", "paged")}
     figs = [plots.paper_figure2(workload=w), plots.paper_figure13(workload=w),
-            plots.sim_waste_vs_block_size(block_sizes=(16, 64), workload=w)]
+            plots.sim_waste_vs_block_size(block_sizes=(16, 64), workload=w),
+            plots.paper_figure12(rates, curves, {p: 0.5 for p in curves})]
     for fig in figs:
         ax = fig.axes[0]
         assert ax.get_title() and ax.get_ylabel()
         assert fig.legends or ax.get_legend()
+        assert phone_text_px(fig)[0] >= PHONE_TEXT_PX, (ax.get_title(), phone_text_px(fig))
         plt.close(fig)
     assert figs[2].axes[0].get_xlabel() == "page size (tokens per block)"
 

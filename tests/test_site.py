@@ -8,7 +8,11 @@ already have instead, set ``PAGEDLIB_SITE=_build/html``.
 For every page and width: no horizontal page overflow; every content image has alt text that says
 what it shows (not a file name) and at least 1.5x as many pixels as it is shown with; no console
 error other than failed requests to external hosts (the test machine may have no internet); no
-stored widget view. At 400 px the sidebar button opens the chapter list and a chapter link in it
+stored widget view; no wrapped line in a printed output or a table cell; every figure narrow enough
+that its text is 9 px or more on a 360 px phone; and the reading details of issue 29 (no
+fullscreen button, a two-line title on a phone, captions in weight 400, prose lines of at most
+about 70 characters, a header line and one "In production today" box per chapter, figures numbered
+per chapter). At 400 px the sidebar button opens the chapter list and a chapter link in it
 works; at 1400 px the chapter list is shown and its button hides it. Screenshots of every page (the
 top of the page, and the whole page) at both widths go to ``artifacts/site/``: look at them.
 
@@ -174,7 +178,7 @@ def test_course_style_is_readable_and_2x():
 
     assert mpl.rcParams["savefig.dpi"] == PIXEL_RATIO * mpl.rcParams["figure.dpi"] and PIXEL_RATIO >= 2
     sizes = [v for k, v in RC_PARAMS.items() if "size" in k and k != "figure.figsize"]
-    assert min(sizes) >= SMALLEST_FONT + 2
+    assert min(sizes) >= SMALLEST_FONT + 1
     assert mpl.rcParams["figure.figsize"][0] * mpl.rcParams["figure.dpi"] <= 780   # fits the column
 
 
@@ -289,6 +293,7 @@ def visit(b: Chromium, site: Path, page: str, width: int) -> dict:
     })()""" % width)
     facts["viewport"] = b.js("window.innerWidth")
     facts["problems"] = console_problems(b)
+    facts.update(b.js(PAGE_FACTS))
     name = page.replace("/", "__")
     b.screenshot(ARTIFACTS / str(width) / f"{name}.png", beyond_viewport=False)
     # the whole page: a window as tall as the page (capped), then back to the normal window
@@ -301,6 +306,55 @@ def visit(b: Chromium, site: Path, page: str, width: int) -> dict:
 
 
 BY_PAGE_AND_WIDTH = [pytest.param(page, width, id=f"{page}-{width}px") for page in PAGES for width in WIDTHS]
+
+# What the reading tests measure on a page, once per visit (issue 29):
+# - wrapped: printed outputs and table cells whose rendered lines outnumber their text lines;
+# - figures: each cell-output figure's width in CSS px as drawn (a 2x PNG: natural width / 2);
+# - and the smaller items: the fullscreen button, the H1's lines, caption weights, the widest
+#   prose line in characters, the chapter's header line, the "In production today" boxes, figure
+#   numbers, and whether chapter 4's animation controls fit their box.
+PAGE_FACTS = r"""(() => {
+    const visible = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+    const lineTops = e => { const r = document.createRange(); r.selectNodeContents(e);
+        return new Set([...r.getClientRects()].filter(x => x.width > 0 && x.height > 0)
+                       .map(x => Math.round(x.top))).size; };
+    const wrapped = [...document.querySelectorAll(
+            '.bd-article .cell_output pre, .bd-article .pagedlib-table td, .bd-article .pagedlib-table th')]
+        .filter(visible).filter(e => lineTops(e) > e.textContent.replace(/\n+$/, '').split('\n').length)
+        .slice(0, 5).map(e => e.textContent.slice(0, 60));
+    const figures = [...document.querySelectorAll('.bd-article .cell_output img')].filter(i =>
+        i.naturalWidth > 0 && !i.closest('.animation'))
+        .map(i => ({src: i.getAttribute('src').slice(0, 60), css: i.naturalWidth / 2}));
+    const h1 = document.querySelector('.bd-article h1');
+    const lh = h1 ? parseFloat(getComputedStyle(h1).lineHeight) : 1;
+    const probe = document.createElement('span'); probe.textContent = '0'.repeat(100);
+    probe.style.cssText = 'position:absolute;visibility:hidden;white-space:nowrap';
+    const para = document.querySelector('.bd-article section > p');
+    (para || document.body).appendChild(probe);
+    const charPx = probe.getBoundingClientRect().width / 100; probe.remove();
+    const widestProse = Math.max(0, ...[...document.querySelectorAll('.bd-article section > p')]
+        .filter(visible).map(p => p.getBoundingClientRect().width / charPx));
+    const fullscreen = [...document.querySelectorAll('.btn-fullscreen-button')].filter(visible).length;
+    const anim = [...document.querySelectorAll('.bd-article .animation')].filter(visible)
+        .map(a => a.scrollWidth - a.clientWidth);
+    return {wrapped, figures, h1Lines: h1 ? Math.round(h1.getBoundingClientRect().height / lh) : 0,
+            fullscreen, widestProse,
+            captionWeights: [...new Set([...document.querySelectorAll('.bd-article figcaption')]
+                .map(c => getComputedStyle(c).fontWeight))],
+            facts: [...document.querySelectorAll('.bd-article p')].filter(p =>
+                p.textContent.startsWith('Prerequisites:')).map(p => p.textContent),
+            production: [...document.querySelectorAll('.bd-article .admonition > .admonition-title')]
+                .filter(t => t.textContent.trim() === 'In production today').length,
+            productionQuotes: [...document.querySelectorAll('.bd-article blockquote')]
+                .filter(q => q.textContent.includes('In production today')).length,
+            figureNumbers: [...document.querySelectorAll('.bd-article figcaption .caption-number')]
+                .map(n => n.textContent.trim()),
+            animationOverflow: anim, tables: document.querySelectorAll('.bd-article .pagedlib-table').length};
+})()"""
+# the widest a figure may be drawn (CSS px) so that text of SMALLEST_FONT pt is PHONE_TEXT_PX at 360 px
+def max_figure_css_px() -> float:
+    from pagedlib.plots.style import DISPLAY_DPI, PHONE_TEXT_PX, PHONE_WIDTH, SMALLEST_FONT
+    return SMALLEST_FONT * DISPLAY_DPI / 72 * PHONE_WIDTH / PHONE_TEXT_PX
 
 
 @pytest.mark.slow
@@ -507,3 +561,80 @@ def test_small_font_check_can_fail():
     assert small_fonts_in('ax.text(0, 0, "x", fontsize=8)\nax.legend(fontsize="small")\n'
                           'ax.set_title("t", fontsize=12)') == ["line 1: fontsize=8",
                                                               'line 2: fontsize="small"']
+
+
+# ---- reading on a phone and a desktop (issue 29) -------------------------------------------------------
+CHAPTERS = [p for p in PAGES if p.startswith("notebooks/")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, width", BY_PAGE_AND_WIDTH)
+def test_printed_tables_and_outputs_keep_their_lines(browser, site, page, width):
+    """No line of a printed output or a table cell wraps: rendered lines equal its text lines."""
+    facts = visit(browser, site, page, width)
+    assert facts["wrapped"] == [], f"wrapped lines on {page} at {width} px: {facts['wrapped']}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, width", BY_PAGE_AND_WIDTH)
+def test_figures_are_readable_when_shown_360_px_wide(browser, site, page, width):
+    """A figure at most max_figure_css_px() wide: its text, 10 pt or more (the plot tests check
+    the font sizes), is at least 9 px tall on a 360 px phone."""
+    facts = visit(browser, site, page, width)
+    limit = max_figure_css_px()
+    wide = [f for f in facts["figures"] if f["css"] > limit + 1]
+    assert not wide, f"{len(wide)} figure(s) on {page} wider than {limit:.0f} px: {wide[:4]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, width", BY_PAGE_AND_WIDTH)
+def test_the_smaller_reading_items(browser, site, page, width):
+    facts = visit(browser, site, page, width)
+    assert facts["fullscreen"] == 0, "the header shows a fullscreen button"
+    assert facts["captionWeights"] in ([], ["400"]), f"caption weights {facts['captionWeights']}"
+    assert facts["widestProse"] <= 72, f"prose lines of {facts['widestProse']:.0f} characters"
+    if width == PHONE:
+        assert facts["h1Lines"] <= 2, f"the title takes {facts['h1Lines']} lines"
+    assert all(o <= 1 for o in facts["animationOverflow"]), f"animation controls overflow: {facts}"
+    numbers = facts["figureNumbers"]
+    assert numbers == [f"Fig. {i}" for i in range(1, len(numbers) + 1)], f"figure numbers {numbers}"
+    if page in CHAPTERS:
+        assert len(facts["facts"]) == 1 and "Time:" in facts["facts"][0] and "GPU:" in facts["facts"][0]
+        assert facts["production"] == 1 and facts["productionQuotes"] == 0, \
+            "one 'In production today' admonition per chapter, no blockquote"
+
+
+@pytest.mark.slow
+def test_intro_starts_with_three_buttons(browser, site):
+    load(browser, site, PAGES[0], PHONE)
+    buttons = browser.js("""[...document.querySelectorAll('.course-buttons a')].map(a => ({
+        text: a.textContent, href: a.href, top: a.getBoundingClientRect().top}))""")
+    assert [b["text"] for b in buttons] == ["Start: chapter 0", "Try it in your browser", "Open in Colab"]
+    assert buttons[0]["href"].endswith("notebooks/00_getting_started.html")
+    assert buttons[1]["href"].endswith("book/try-paging.html")
+    assert buttons[2]["href"].startswith("https://colab.research.google.com/github/")
+    assert all(b["top"] < 900 for b in buttons), "the buttons are not on the first screen"
+
+
+@pytest.mark.slow
+def test_references_have_headings_for_on_this_page(browser, site):
+    load(browser, site, "book/references", DESKTOP)
+    entries = browser.js("document.querySelectorAll('#pst-secondary-sidebar nav a').length")
+    assert entries >= 8, f"'On this page' lists {entries} sections"
+
+
+@pytest.mark.slow
+def test_tables_are_html_tables(browser, site):
+    load(browser, site, "notebooks/01_kv_cache", PHONE)
+    facts = browser.js(PAGE_FACTS)
+    assert facts["tables"] >= 2, "chapter 1's model and GPU tables should be HTML tables (show_table)"
+
+
+@pytest.mark.slow
+def test_dark_mode_shows_tables_and_verdicts_on_the_page_background(browser, site):
+    load(browser, site, "notebooks/02_reserve_max", DESKTOP)
+    browser.js("document.documentElement.dataset.theme = 'dark'")
+    patches = browser.js("""[...document.querySelectorAll('.bd-content div.cell_output .text_html')]
+        .filter(e => !e.querySelector('img')).map(e => getComputedStyle(e).backgroundColor)
+        .filter(c => c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent')""")
+    assert patches == [], f"HTML outputs on light patches in dark mode: {patches[:3]}"

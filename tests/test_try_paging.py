@@ -415,3 +415,33 @@ def test_the_page_is_in_the_book_after_how_to_use():
     files = re.findall(r"file:\s*(\S+)", toc)
     assert "book/try-paging" in files
     assert files.index("book/try-paging") == files.index("book/how-to-use") + 1
+
+
+def _text(page, testid: str) -> str:
+    return page.js(f"document.querySelector('[data-testid=\"{testid}\"]').textContent")
+
+
+@pytest.mark.slow
+def test_one_is_singular_and_back_to_the_example_resets_the_page_size_and_layout(page):
+    page.click('[data-testid="mode-paged"]')
+    focus(page, "page-size")
+    page.key("Home")                                      # 1-token pages
+    assert _text(page, "page-size-value") == "1" and _text(page, "page-size-unit") == "token"
+    set_lengths(page, "1")
+    summary = _text(page, "summary")
+    assert "for 1 token of K/V" in summary and "1 tokens" not in summary, summary
+    assert _text(page, "pool-caption").startswith("This request takes 1 of the pool's")
+    page.click('[data-testid="reset"]')
+    assert page.js("document.querySelector('[data-testid=\"page-size\"]').value") == "4"
+    assert _text(page, "page-size-value") == "16" and _text(page, "page-size-unit") == "tokens"
+    assert page.js("document.querySelector('[data-testid=\"mode-reserve\"]').checked")
+    assert_matches(shown(page), expected(SEED, "reserve"))
+
+
+@pytest.mark.slow
+def test_a_pool_smaller_than_one_request_says_that_request_does_not_fit(page):
+    page.click('[data-testid="mode-paged"]')
+    _type_into(page, "pool-size", "1000")                 # r3 alone takes 1,904 slots in 16-token pages
+    summary = _text(page, "summary")
+    assert "the longest request alone needs 1,904 slots, more than the pool's 1,000" in summary, summary
+    assert "does not fit the pool at all" in _text(page, "pool-caption")

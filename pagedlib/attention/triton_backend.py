@@ -4,6 +4,8 @@ kernels, and :class:`TritonBackend`, the engine's backend built on them.
 - ``paged_attention``: decode, one new token per sequence; single pass or split-K (flash-decoding).
 - ``paged_prefill``: causal attention for a chunk of new tokens per sequence over its cached prefix.
 - ``write_kv``: scatter new K/V rows to their cache slots.
+- ``paged_attention_varlen``: one launch for a mixed batch of decode rows and prefill chunks (the
+  GQA group packed into one tile, split-K for sequences with few new tokens); the engine's kernel.
 
 The kernels live in ``pagedlib.attention.kernels``, one per file. On a CUDA GPU they are compiled; on the CPU
 they run through the Triton interpreter (``pagedlib.runtime``), slowly but exactly the same code.
@@ -23,11 +25,13 @@ import triton
 from .. import runtime
 from .checks import CacheDims, check_decode, check_prefill, check_scale, check_write
 from .kernels.decode import decode_kernel
-from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TOKENS_PER_SPLIT, LaunchConfig, choose_num_splits,
-                             decode_meta, device_capability, kv_tile, launch_config, merge_meta, num_sms,
-                             prefill_meta, write_meta)
+from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TOKENS_PER_SPLIT, VARLEN_SPLIT_Q, LaunchConfig,
+                             choose_num_splits, decode_meta, device_capability, kv_tile, launch_config, merge_meta,
+                             num_sms, prefill_meta, varlen_grid, varlen_merge_meta, varlen_meta, varlen_num_splits,
+                             write_meta)
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
+from .kernels.varlen import LOG2E, varlen_kernel, varlen_merge_kernel
 from .kernels.write_kv import write_kv_kernel
 from ..validation import as_int, cdiv
 
@@ -37,7 +41,8 @@ if TYPE_CHECKING:
 # Every launch number (tiles, warps, MIN_DOT_ROWS, the split-K rule) is defined in
 # pagedlib.attention.kernels.launch; the names below are re-exported for the chapters' imports.
 __all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TOKENS_PER_SPLIT", "LaunchConfig", "choose_num_splits", "kv_tile",
-           "launch_config", "longest_chunk", "num_sms", "paged_attention", "paged_prefill", "write_kv"]
+           "launch_config", "longest_chunk", "num_sms", "paged_attention", "paged_attention_varlen", "paged_prefill",
+           "varlen_grid", "varlen_num_splits", "write_kv"]
 
 def _check_num_splits(num_splits) -> None:
     if num_splits is not None and (as_int(num_splits) is None or num_splits < 1):
@@ -190,6 +195,61 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
     return out
 
 
+def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                           block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                           scale: float | None = None, *, num_splits: int | None = None,
+                           validate: bool = True, config: LaunchConfig | None = None) -> torch.Tensor:
+    """Causal paged attention for a mixed batch (decode rows and prefill chunks) in one kernel launch.
+
+    ``query [total_q, num_heads, head_dim]`` (fp16 or fp32; bf16 too on a GPU); sequence ``s``'s new tokens are rows
+    ``query_start_loc[s] : query_start_loc[s + 1]`` (int32 ``[num_seqs + 1]``), its last positions:
+    ``seq_lens[s]`` (int32) counts its tokens in the cache, these new ones included (their K/V
+    written first with ``write_kv``), found through ``block_tables [num_seqs, max_blocks]`` (int32)
+    in ``key_cache`` / ``value_cache [num_blocks, block_size, num_kv_heads, head_dim]``. A decode row
+    is a sequence with one new token. ``scale`` defaults to ``head_dim ** -0.5``.
+
+    The grid is computed from shapes alone (``varlen_grid``), so nothing is read back to the host
+    unless ``validate=True`` checks the values (the engine passes ``validate=False``). Sequences with
+    at most ``VARLEN_SPLIT_Q`` new tokens have their keys split into ``num_splits`` ranges merged by
+    log-sum-exp; ``None`` chooses from the shapes and the GPU (``varlen_num_splits``), a fixed count
+    makes each sequence's output independent of the batch it runs in. Returns ``[total_q, num_heads,
+    head_dim]`` in the query's dtype.
+    """
+    dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                                    validate)
+    scale = check_scale(scale, dims.head_dim)
+    _check_num_splits(num_splits)
+    _check_compiled_device(query.device)
+    cfg = _config(config, query, dims, num_heads)
+    out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [total_q, num_heads, head_dim]
+    total_q, num_seqs = query.shape[0], block_tables.shape[0]
+    if num_seqs == 0 or total_q == 0:
+        return out
+    if num_splits is None:
+        num_splits = varlen_num_splits(total_q, num_seqs, dims.num_kv_heads, cfg,
+                                       block_tables.shape[1] * dims.block_size, num_sms(query.device))
+    query = query if query.stride(-1) == 1 else query.contiguous()
+    block_tables = block_tables.contiguous()
+    if num_splits > 1:
+        rows = num_seqs * VARLEN_SPLIT_Q
+        partial_out = torch.empty(rows, num_heads, num_splits, cfg.head_dim_pad,
+                                  dtype=torch.float32, device=query.device)
+        partial_lse = torch.empty(rows, num_heads, num_splits, dtype=torch.float32, device=query.device)
+    else:
+        partial_out = partial_lse = out                                  # never written: no sequence splits
+    grid = varlen_grid(total_q, num_seqs, dims.num_kv_heads, cfg, num_splits)
+    varlen_kernel[grid](out, partial_out, partial_lse, query, key_cache, value_cache, block_tables, seq_lens,
+                        query_start_loc, scale * LOG2E, num_seqs, num_splits,
+                        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+                        *_cache_strides(key_cache, value_cache), block_tables.stride(0),
+                        **varlen_meta(cfg, dims.block_size))
+    if num_splits > 1:
+        varlen_merge_kernel[(num_seqs * VARLEN_SPLIT_Q, num_heads)](
+            out, partial_out, partial_lse, query_start_loc, num_splits, out.stride(0), out.stride(1),
+            **varlen_merge_meta(cfg, num_splits))
+    return out
+
+
 def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              slot_mapping: torch.Tensor, *, validate: bool = True) -> None:
     """Write each token's K/V rows into its cache slot, in place, with a Triton kernel.
@@ -215,8 +275,11 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, va
 
 @dataclass(frozen=True)
 class TritonBackend:
-    """The course's kernels behind the backend interface: ``write_kv``, then ``paged_attention``
-    (decode) or ``paged_prefill`` (chunks). ``validate=False`` skips the checks that read tensor values."""
+    """The course's kernels behind the backend interface: ``write_kv``, then one launch of
+    ``paged_attention_varlen`` for every step, decode-only or mixed (decode rows and prefill chunks
+    together), as production engines serve a step. ``validate=False`` skips the checks that read
+    tensor values, so the hot path never waits on the GPU. The chapter 8 and 9 kernels
+    (``paged_attention``, ``paged_prefill``) stay the course's steps towards it."""
 
     validate: bool = True
 
@@ -224,12 +287,16 @@ class TritonBackend:
                  batch: PagedBatch) -> None:
         write_kv(k, v, key_cache, value_cache, batch.slot_mapping, validate=self.validate)
 
+    def attend(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               batch: PagedBatch) -> torch.Tensor:
+        """Every step's attention: one varlen launch over the batch's new tokens."""
+        return paged_attention_varlen(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                      batch.query_start_loc, validate=self.validate)
+
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                batch: PagedBatch) -> torch.Tensor:
-        return paged_attention(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                               validate=self.validate)
+        return self.attend(q, key_cache, value_cache, batch)
 
     def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                 batch: PagedBatch) -> torch.Tensor:
-        return paged_prefill(q, key_cache, value_cache, batch.block_tables, batch.seq_lens, batch.query_start_loc,
-                             max_query_len=batch.max_query_len, validate=self.validate)
+        return self.attend(q, key_cache, value_cache, batch)

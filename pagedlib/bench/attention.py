@@ -10,6 +10,14 @@ and reports the achieved memory bandwidth (bytes of K/V, query and output over t
 fraction of the GPU's peak, and the speed relative to SDPA and to the reference. It prints a table,
 writes a CSV and a plot. On a CPU the kernels run through the Triton interpreter, whose timings mean
 nothing: there it checks correctness against the reference and says that timings need a GPU.
+
+``--varlen`` times the one kernel for every step, ``paged_attention_varlen``, instead (GPU only):
+
+- against the separate kernels on the same batch (``paged_attention`` for the decode rows plus
+  ``paged_prefill`` for the chunks: two launches), for decode-only and mixed batches;
+- the price of paging with that one kernel: the same decode batch with its pages shuffled over the
+  pool, in order (identity block tables: each sequence contiguous) and in one page per sequence
+  (``block_size = context``): the same kernel on the same tokens, so the difference is the paging.
 """
 from __future__ import annotations
 
@@ -76,6 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ref-max-tokens", type=int, default=64 * 2048,
                    help="time the slow PyTorch reference only up to this many cached tokens")
     p.add_argument("--out", default="bench_attention", help="file stem for the CSV and the PNG")
+    p.add_argument("--varlen", action="store_true",
+                   help="time paged_attention_varlen against the separate kernels, and the price of paging")
+    p.add_argument("--chunk", type=int, default=VARLEN_CHUNK, help="--varlen: new tokens per prefill chunk")
     return p.parse_args(argv)
 
 
@@ -160,7 +171,7 @@ CPU_CASES = [((8, 2), 128, 16, [1, 16, 17, 300]), ((5, 1), 80, 8, [9, 64]), ((6,
 
 def check_cpu() -> int:
     """Correctness of every kernel path through the interpreter, on small cases; returns the exit code."""
-    from ..attention.triton_backend import paged_attention, paged_prefill
+    from ..attention.triton_backend import paged_attention, paged_attention_varlen, paged_prefill
     from ..attention.reference import paged_attention_ref, paged_prefill_ref
     from ..attention.inputs import random_paged_inputs
 
@@ -177,6 +188,8 @@ def check_cpu() -> int:
         query = torch.randn(int(starts[-1]), heads[0], head_dim)
         pargs = (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
         cases.append(("prefill (chunk <= 40)", paged_prefill(*pargs), paged_prefill_ref(*pargs)))
+        cases.append(("varlen (one launch)", paged_attention_varlen(*pargs), paged_prefill_ref(*pargs)))
+        cases.append(("varlen split-K (4)", paged_attention_varlen(*pargs, num_splits=4), paged_prefill_ref(*pargs)))
         for name, out, want in cases:
             err = (out - want).abs().max().item()
             ok = err <= 1e-4 and bool(torch.isfinite(out).all())
@@ -189,10 +202,132 @@ def check_cpu() -> int:
     return 1 if failed else 0
 
 
+# ---- the one kernel: paged_attention_varlen ------------------------------------------------------
+VARLEN_FIELDS = ["what", "decode_rows", "chunks", "chunk", "context", "block_size", "layout", "us", "vs"]
+MIXES = [(32, 0), (8, 4), (32, 4), (64, 2)]      # (decode rows, prefill chunks) per batch
+VARLEN_CHUNK = 256                               # new tokens per prefill chunk (a chunked-prefill budget's share)
+
+
+def mixed_inputs(num_decode: int, num_chunks: int, chunk: int, context: int, block_size: int, num_heads: int,
+                 num_kv_heads: int, head_dim: int, dtype: torch.dtype, *, layout: str = "shuffled",
+                 device=None, seed: int = 0) -> dict:
+    """One step's batch: ``num_decode`` sequences with one new token and ``num_chunks`` with ``chunk``
+    new ones, every sequence ``context`` tokens in the cache (decode rows first). ``layout`` places the
+    pages: "shuffled" over the pool, "identity" in order (each sequence contiguous), or "one_page":
+    one block of ``context`` tokens per sequence (``block_size`` is then ignored).
+
+    Returns the varlen arguments (``args``) and the same batch for the separate kernels: ``decode``
+    (``paged_attention``'s arguments) and ``prefill`` (``paged_prefill``'s, with ``max_query_len``).
+    """
+    device = device or runtime.DEVICE
+    gen = torch.Generator().manual_seed(seed)
+    if layout == "one_page":
+        block_size = context
+    batch = num_decode + num_chunks
+    pages = math.ceil(context / block_size)
+    num_blocks = batch * pages
+    ids = torch.randperm(num_blocks, generator=gen) if layout == "shuffled" else torch.arange(num_blocks)
+    if layout not in ("shuffled", "identity", "one_page"):
+        raise ValueError(f"layout must be 'shuffled', 'identity' or 'one_page'; got {layout!r}")
+    block_tables = ids.view(batch, pages).to(torch.int32)
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    key_cache = torch.randn(shape, generator=gen).to(dtype)
+    value_cache = torch.randn(shape, generator=gen).to(dtype)
+    chunks = [1] * num_decode + [chunk] * num_chunks
+    query = torch.randn(sum(chunks), num_heads, head_dim, generator=gen).to(dtype)
+    starts = torch.tensor([0, *torch.tensor(chunks).cumsum(0).tolist()], dtype=torch.int32)
+    seq_lens = torch.full((batch,), context, dtype=torch.int32)
+    to = lambda t: t.to(device)
+    query, key_cache, value_cache, block_tables, seq_lens, starts = map(
+        to, (query, key_cache, value_cache, block_tables, seq_lens, starts))
+    d = num_decode
+    prefill_starts = starts[d:] - starts[d]
+    return dict(args=(query, key_cache, value_cache, block_tables, seq_lens, starts),
+                decode=(query[:d], key_cache, value_cache, block_tables[:d], seq_lens[:d]),
+                prefill=(query[d:], key_cache, value_cache, block_tables[d:], seq_lens[d:], prefill_starts),
+                max_query_len=chunk if num_chunks else 0)
+
+
+def separate_kernels(x: dict) -> torch.Tensor:
+    """The same batch through the chapter 8/9 kernels: decode rows, then the chunks (two launches)."""
+    from ..attention.triton_backend import paged_attention, paged_prefill
+    outs = []
+    if x["decode"][0].shape[0]:
+        outs.append(paged_attention(*x["decode"], validate=False))
+    if x["prefill"][0].shape[0]:
+        outs.append(paged_prefill(*x["prefill"], max_query_len=x["max_query_len"], validate=False))
+    return torch.cat(outs)
+
+
+def run_varlen(args: argparse.Namespace, timer=None) -> list[dict]:
+    """Rows of VARLEN_FIELDS: one kernel vs the separate kernels, then the price of paging.
+    ``timer(fn) -> ms`` defaults to ``triton.testing.do_bench`` (a GPU); the tests pass a stub."""
+    from ..attention.triton_backend import paged_attention_varlen
+    if timer is None:
+        import triton.testing
+        timer = triton.testing.do_bench
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    num_heads, num_kv_heads = args.heads
+    shape = (num_heads, num_kv_heads, args.head_dim, dtype)
+    rows = []
+    for context in args.context:
+        for num_decode, num_chunks in MIXES:
+            x = mixed_inputs(num_decode, num_chunks, min(args.chunk, context), context, args.block_size[0], *shape)
+            one = paged_attention_varlen(*x["args"])                    # checked once, with validation
+            err = (one.float() - separate_kernels(x).float()).abs().max().item()
+            if err > 2e-2:
+                raise AssertionError(f"paged_attention_varlen differs from the separate kernels by {err:.2e}")
+            one_ms = timer(lambda: paged_attention_varlen(*x["args"], validate=False))
+            sep_ms = timer(lambda: separate_kernels(x))
+            rows.append(dict(what="one kernel vs separate", decode_rows=num_decode, chunks=num_chunks,
+                             chunk=x["max_query_len"], context=context, block_size=args.block_size[0],
+                             layout="shuffled", us=one_ms * 1e3, vs=sep_ms / one_ms))
+            print(format_varlen_row(rows[-1]), flush=True)
+        batch = MIXES[0][0]
+        times = {}
+        for layout in ("identity", "shuffled", "one_page"):
+            for block_size in (args.block_size if layout != "one_page" else [context]):
+                x = mixed_inputs(batch, 0, 1, context, block_size, *shape, layout=layout)
+                times[layout, block_size] = timer(lambda: paged_attention_varlen(*x["args"], validate=False))
+        base = times["one_page", context]
+        for (layout, block_size), ms in times.items():
+            rows.append(dict(what="price of paging", decode_rows=batch, chunks=0, chunk=0, context=context,
+                             block_size=block_size, layout=layout, us=ms * 1e3, vs=base / ms))
+            print(format_varlen_row(rows[-1]), flush=True)
+    return rows
+
+
+VARLEN_HEADER = (f"{'what':<24} {'decode':>6} {'chunks':>6} {'chunk':>5} {'context':>7} {'block':>6} "
+                 f"{'layout':<9} {'us':>9} {'vs':>7}")
+
+
+def format_varlen_row(r: dict) -> str:
+    """``vs``: the separate kernels' time over the one kernel's (> 1: one kernel is faster), or for the
+    price of paging one page per sequence's time over this layout's (< 1: paging costs)."""
+    return (f"{r['what']:<24} {r['decode_rows']:>6} {r['chunks']:>6} {r['chunk']:>5} {r['context']:>7} "
+            f"{r['block_size']:>6} {r['layout']:<9} {r['us']:>9.1f} {r['vs']:>6.2f}x")
+
+
+def main_varlen(args: argparse.Namespace, argv: list[str]) -> int:
+    print(f"{runtime.gpu_name()}: paged_attention_varlen; heads {args.heads[0]}:{args.heads[1]}, head_dim "
+          f"{args.head_dim}, {args.dtype}; vs = separate kernels' time / one kernel's (one kernel vs "
+          f"separate), or one page per sequence's time / this layout's (price of paging)\n{VARLEN_HEADER}")
+    rows = run_varlen(args)
+    csv_path = Path(f"{args.out}_varlen.csv")
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=VARLEN_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"\nwrote {csv_path}\nreproduce: python -m pagedlib.bench attention " + " ".join(argv))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if runtime.DEVICE.type != "cuda":
         return check_cpu()
+    if args.varlen:
+        return main_varlen(args, argv)
     name = runtime.gpu_name()
     peak = peak_bandwidth_gbs(name)
     print(f"{name}: peak bandwidth {peak or 'unknown'} GB/s; heads {args.heads[0]}:{args.heads[1]}, "

@@ -72,8 +72,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name, defaults in MODE_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, defaults[args.against is not None])
-    if args.kv_slots is None:
-        args.kv_slots = args.requests * args.max_len if args.against else 6144
+    if args.hf_page_size is None:
+        args.hf_page_size = args.block_size if args.models == "smollm2" else 256
+    if args.prefix_caching is None:
+        args.prefix_caching = args.models == "smollm2"
+    if args.kv_slots is None:       # with --against, room for every request; a real chat fits in 640 tokens
+        args.kv_slots = (args.requests * (640 if args.models == "smollm2" else args.max_len) if args.against
+                         else 6144)
     if args.quick:
         args.requests, args.kv_slots, args.max_len, args.layers, args.embd = 12, 512, 128, 1, 64
         args.hf_batch_size = 4

@@ -1,6 +1,7 @@
 """What the kernels cost a GPU: ``python -m pagedlib.bench kernels [--resources]``.
 
-``--resources`` (no GPU needed): compile every kernel (decode, split-K, merge, prefill, write)
+``--resources`` (no GPU needed): compile every kernel (decode, split-K, merge, prefill, write, and the
+mixed-batch varlen kernel with its merge)
 ahead of time with exactly the launch configuration ``pagedlib.attention.kernels.launch`` chooses, for a T4
 (sm_75), an A100 (sm_80) and an H100 (sm_90), and read from each compiled binary its registers per
 thread, the bytes per thread spilled to local memory and its shared memory; from those and the
@@ -28,12 +29,13 @@ import torch
 
 from ..attention.kernels import launch
 from ..attention.kernels.launch import SM_LIMITS
+from ..validation import cdiv
 
 CAPABILITIES = (75, 80, 90)                  # T4, A100, H100
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 HEAD_DIMS = (64, 80, 128, 256)
 GROUPS = (1, 4, 8)
-KERNELS = ("decode", "split", "merge", "prefill", "write")
+KERNELS = ("decode", "split", "merge", "prefill", "write", "varlen", "varlen_merge")
 BLOCK_SIZE = 16                              # the course's page size (vLLM's default)
 WRITE_KV_HEADS = 8                           # write_kv copies all KV heads of a token: Llama-3-8B's 8
 HEADER = ("kernel capability dtype head_dim group tile warps stages registers spill_bytes shared_bytes "
@@ -79,7 +81,7 @@ def jit_kernels() -> dict:
     os.environ["TRITON_INTERPRET"] = "0"
     try:
         modules = {}
-        for name in ("decode", "split_k", "prefill", "write_kv"):
+        for name in ("decode", "split_k", "prefill", "write_kv", "varlen"):
             spec = importlib.util.spec_from_file_location(f"{package.__name__}.{name}", root / f"{name}.py")
             modules[name] = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = modules[name]
@@ -91,13 +93,15 @@ def jit_kernels() -> dict:
             os.environ["TRITON_INTERPRET"] = saved
     return dict(decode=modules["decode"].decode_kernel, split=modules["split_k"].split_kernel,
                 merge=modules["split_k"].merge_kernel, prefill=modules["prefill"].prefill_kernel,
-                write=modules["write_kv"].write_kv_kernel)
+                write=modules["write_kv"].write_kv_kernel, varlen=modules["varlen"].varlen_kernel,
+                varlen_merge=modules["varlen"].varlen_merge_kernel)
 
 
 # argument types as the launchers pass them; the rest are K/V-dtype pointers or int32 strides
 ARG_TYPES = {"block_tables": "*i32", "seq_lens": "*i32", "query_start_loc": "*i32", "slot_mapping": "*i64",
-             "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "num_splits": "i32"}
-UNALIGNED = {"stride_bt", "scale", "num_splits"}   # a block table row can be any length
+             "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "qk_scale": "fp32", "num_splits": "i32",
+             "num_seqs": "i32"}
+UNALIGNED = {"stride_bt", "scale", "qk_scale", "num_splits", "num_seqs"}   # a block table row can be any length
 
 
 def _signature(fn, dtype: str) -> tuple[dict, dict]:
@@ -204,6 +208,11 @@ def launch_meta(kernel: str, cfg: launch.LaunchConfig) -> dict:
     if kernel == "merge":
         from ..attention.triton_backend import MAX_SPLITS
         return launch.merge_meta(cfg, MAX_SPLITS)                    # the widest merge
+    if kernel == "varlen":
+        return launch.varlen_meta(cfg, BLOCK_SIZE)
+    if kernel == "varlen_merge":
+        from ..attention.triton_backend import MAX_SPLITS
+        return launch.varlen_merge_meta(cfg, MAX_SPLITS)
     return launch.write_meta(cfg.head_dim, WRITE_KV_HEADS, BLOCK_SIZE)
 
 
@@ -212,6 +221,8 @@ def _tile(kernel: str, cfg: launch.LaunchConfig) -> str:
         return str(cfg.tile)
     if kernel == "prefill":
         return f"{cfg.block_m}x{cfg.tile}"                           # new tokens x K/V tokens
+    if kernel == "varlen":
+        return f"{cfg.block_q}*{cfg.group}x{cfg.tile}"               # (new tokens * group) rows x K/V tokens
     return "-"                                                       # merge and write have no tile loop
 
 

@@ -15,6 +15,7 @@ chapter 10 prints the course's (``pagedlib/data/peer_cpu.json``, read by :func:`
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -27,7 +28,7 @@ import torch
 from .. import runtime
 from ..engine.llm import LLM, SamplingParams
 
-MODELS = ("gpt2", "llama")
+MODELS = ("gpt2", "llama")        # random-initialised (the default); "smollm2": the real chat model
 
 
 @dataclass
@@ -94,13 +95,16 @@ def run_pagedlib(llm: LLM, prompts, budgets) -> Run:
 class HFEngine:
     """transformers' ``ContinuousBatchingManager`` over ``hf_model``, warmed up once (off the clock)."""
 
-    def __init__(self, hf_model, num_blocks: int, page_size: int, max_batch_tokens: int):
+    def __init__(self, hf_model, num_blocks: int, page_size: int, max_batch_tokens: int,
+                 prefix_sharing: bool = False, timeout_s: float = 60):
+        self.timeout_s = timeout_s      # the longest wait for one result (a real model's step is slow)
         from transformers import ContinuousBatchingConfig, GenerationConfig
         self.model = hf_model
         self.generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
                                                   max_new_tokens=16)
         self.cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, page_size=page_size,
-                                                  max_batch_tokens=max_batch_tokens, allow_block_sharing=False)
+                                                  max_batch_tokens=max_batch_tokens,
+                                                  allow_block_sharing=prefix_sharing)
         manager = self._manager()
         manager.warmup()
         self._keep(manager)
@@ -116,17 +120,25 @@ class HFEngine:
         else:
             self.model._cached_continuous_batching_manager = manager
 
+    def forget_prefixes(self, manager) -> None:
+        """Drop the blocks an earlier run left cached for prefix sharing: each run starts cold."""
+        processor = getattr(manager, "batch_processor", None)
+        if processor is not None:
+            processor.cache.evict_cached_blocks()     # back to the pool, their hashes forgotten
+
     def run(self, prompts, budgets) -> Run:
         manager = self._manager()
+        self.forget_prefixes(manager)
         start, cpu = time.perf_counter(), time.process_time()
         manager.start()
         ids = [manager.add_request(p, max_new_tokens=n, record_timestamps=True, eos_token_id=-1)
                for p, n in zip(prompts, budgets)]
         results = {}
         while len(results) < len(ids):
-            result = manager.get_result(timeout=60)
+            result = manager.get_result(timeout=self.timeout_s)
             if result is None:
-                raise RuntimeError("transformers' continuous batching returned nothing for 60 s")
+                raise RuntimeError(f"transformers' continuous batching returned nothing for {self.timeout_s} s "
+                                   f"(its thread {'runs' if manager.is_running() else 'has stopped'})")
             if result.is_finished():
                 results[result.request_id] = result
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -146,20 +158,29 @@ def percentiles(values: list[float]) -> str:
     return f"{p50:7.1f} {p90:7.1f} {p99:7.1f}"
 
 
-def compare(kind: str, args, prompts, budgets) -> dict:
-    """Alternate ``args.runs`` runs of each engine on one model kind; print and return the figures."""
+def compare(kind: str, args, prompts, budgets, hf=None, decode=None) -> dict:
+    """Alternate ``args.runs`` runs of each engine on one model kind (``hf``: its transformers model,
+    default a random one of ``kind``); print and return the figures. With ``args.prefix_caching``
+    both engines share cached prefix blocks between requests (pagedlib's prefix cache, transformers'
+    block sharing), each run starting with an empty cache. ``decode`` (token ids -> text), if given,
+    prints the first two replies of each engine."""
     from ..models.loading import from_hf
-    hf = build_hf(kind, args)
+    hf = build_hf(kind, args) if hf is None else hf
     model = from_hf(hf, backend=args.backend, dtype=torch.float32)
     num_blocks = args.kv_slots // args.block_size
-    llm = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs)
-    llm.generate(prompts[:4], max_new_tokens=4, use_tqdm=False)                    # warm-up
+    caching = bool(getattr(args, "prefix_caching", False))
+    fresh = lambda: LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,  # noqa: E731
+                        enable_prefix_caching=caching)
+    fresh().generate(prompts[:4], max_new_tokens=4, use_tqdm=False)                # warm-up
     peer = HFEngine(hf, num_blocks=max(1, args.kv_slots // args.hf_page_size), page_size=args.hf_page_size,
-                    max_batch_tokens=args.hf_max_batch_tokens)
+                    max_batch_tokens=args.hf_max_batch_tokens, prefix_sharing=caching,
+                    timeout_s=600 if kind == "smollm2" else 60)
     peer.run(prompts[:4], [4] * min(4, len(prompts)))                               # warm-up
-    ours, theirs = [], []
+    ours, theirs, hits = [], [], 0
     for _ in range(args.runs):
+        llm = fresh()                       # an empty prefix cache: no run reuses an earlier one's blocks
         ours.append(run_pagedlib(llm, prompts, budgets))
+        hits = llm.metrics["prefix_hit_tokens"]
         theirs.append(peer.run(prompts, budgets))
     peer.close()
     same = sum(x == y for x, y in zip(ours[-1].outputs, theirs[-1].outputs))
@@ -177,6 +198,11 @@ def compare(kind: str, args, prompts, budgets) -> dict:
     print(f"ratio pagedlib / transformers, each pair of runs: wall {' '.join(f'{r:.2f}x' for r in wall)}; "
           f"CPU time {' '.join(f'{r:.2f}x' for r in cpu)} (median {np.median(cpu):.2f}x)")
     print(f"same tokens from both engines (last run): {same}/{len(prompts)} requests")
+    for i in range(min(2, len(prompts)) if decode else 0):
+        print(f"reply {i}, pagedlib:     {decode(ours[-1].outputs[i])!r}\n"
+              f"reply {i}, transformers: {decode(theirs[-1].outputs[i])!r}")
+    if caching:
+        print(f"pagedlib's prefix cache: {hits} of {sum(map(len, prompts))} prompt tokens found cached")
     ours_right, ties = same, 0
     for i, (x, y) in enumerate(zip(ours[-1].outputs, theirs[-1].outputs)):
         if x != y:      # ask transformers' generate, one request alone, and how close the call was
@@ -194,7 +220,8 @@ def compare(kind: str, args, prompts, budgets) -> dict:
           + (f", {ties} more a near-tie" if ties else ""))
     return {"model": kind, "requests": len(prompts), "setup": setup(args), "ratio": float(np.median(cpu)),
             "ratios": [round(r, 2) for r in cpu], "identical": ours_right, "near_ties": ties,
-            "same_tokens": same,
+            "same_tokens": same, **({"prefix_hit_tokens": hits, "prompt_tokens": sum(map(len, prompts))}
+                                    if caching else {}),
             "tokens_per_cpu_s": {k: round(r.tokens_per_cpu_s) for k, r in best.items()},
             "tpot_ms_p50": {k: round(float(np.median(r.tpot)) * 1e3, 1) for k, r in best.items()}}
 
@@ -206,16 +233,22 @@ MEASURED = Path(__file__).resolve().parent.parent / "data" / "peer_cpu.json"
 # What a stored figure was measured with; two figures of the same model and setup replace each other.
 SETUP = ("requests", "layers", "heads", "embd", "vocab", "max_len", "kv_slots", "block_size", "seed",
          "runs", "threads", "hf_attn", "hf_page_size", "hf_max_batch_tokens")
+# The real model's chats: no shape to choose, a workload of real text instead.
+SMOLLM2_SETUP = ("requests", "system", "new_tokens", "prefix_caching", "kv_slots", "block_size", "runs",
+                 "threads", "hf_attn", "hf_page_size", "hf_max_batch_tokens")
 
 
 def setup(args) -> dict:
-    """The settings of a comparison (:data:`SETUP`), as run (defaults filled in)."""
-    return {name: getattr(args, name, None) for name in SETUP}
+    """The settings of a comparison (:data:`SETUP`, or :data:`SMOLLM2_SETUP` for the real model), as
+    run (defaults filled in)."""
+    names = SMOLLM2_SETUP if getattr(args, "models", None) == "smollm2" else SETUP
+    return {name: getattr(args, name, None) for name in names}
 
 
 def command_of(args) -> str:
     """The command that repeats a comparison, every setting spelled out (defaults may change)."""
-    options = [f"--{name.replace('_', '-')} {value}" for name, value in setup(args).items() if value is not None]
+    options = [f"--{name.replace('_', '-')}" + ("" if value is True else f" {value}")
+               for name, value in setup(args).items() if value is not None and value is not False]
     return " ".join(["python -m pagedlib.bench engine --against transformers", f"--models {args.models}",
                      *options] + ([f"--save {args.save}"] if args.save else []))
 
@@ -241,10 +274,11 @@ def save(path: Path, results: list[dict], command: str) -> None:
     print(f"saved to {path} (read it with pagedlib.bench.peer.measured({str(path)!r}))")
 
 
-def measured(path: Path | str = MEASURED) -> list[dict]:
-    """The stored figures: one dict per model and setup, as :func:`compare` returned it, with the
-    command and machine that measured it. The default is the course's record, shipped with pagedlib."""
-    return json.loads(Path(path).read_text())["results"]
+def measured(path: Path | str = MEASURED, models: tuple[str, ...] = MODELS) -> list[dict]:
+    """The stored figures of ``models`` (default: the random-initialised ones; ``("smollm2",)``: the
+    real chat model): one dict per model and setup, as :func:`compare` returned it, with the command
+    and machine that measured it. The default is the course's record, shipped with pagedlib."""
+    return [r for r in json.loads(Path(path).read_text())["results"] if r["model"] in models]
 
 
 # Two fp32 engines may break a near-tie differently: matrix products over batches of different sizes
@@ -276,12 +310,22 @@ def hf_generate_alone(hf_model, prompt: list[int], max_new_tokens: int) -> list[
 
 def add_arguments(parser) -> None:
     """The options of this comparison (the model and workload options are the engine bench's)."""
-    parser.add_argument("--models", default=",".join(MODELS),
-                        help=f"with --against: any of {MODELS}, comma-separated")
+    parser.add_argument("--models", "--model", default=",".join(MODELS),
+                        help=f"with --against: any of {MODELS} (random-initialised), comma-separated; or "
+                             "smollm2, the real chat model (pagedlib.load_smollm2) on real chats")
+    parser.add_argument("--system", choices=("short", "long"), default="short",
+                        help="with --model smollm2: the shared system prompt (long: a few hundred tokens)")
+    parser.add_argument("--new-tokens", type=int, default=48,
+                        help="with --model smollm2: tokens each reply generates (end of turn ignored)")
+    parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --against: both engines share cached prefixes (pagedlib's prefix cache, "
+                             "transformers' block sharing); default on for smollm2, off for the random models")
     parser.add_argument("--runs", type=int, default=3, help="with --against: alternating runs of each engine")
     parser.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"),
                         help="with --against: transformers' attention (eager becomes its paged|eager)")
-    parser.add_argument("--hf-page-size", type=int, default=256, help="with --against: transformers' page size")
+    parser.add_argument("--hf-page-size", type=int, default=None,
+                        help="with --against: transformers' page size (default 256; with --model smollm2 "
+                             "--block-size, so that both engines share the same prefix blocks)")
     parser.add_argument("--hf-max-batch-tokens", type=int, default=None,
                         help="with --against: transformers' token budget per step (default: its own)")
     parser.add_argument("--save", default=None, metavar="JSON",
@@ -296,7 +340,10 @@ def main(args, prompts, budgets) -> int:
     to that JSON file."""
     print(f"transformers' continuous batching: attention {args.hf_attn!r}, page size {args.hf_page_size}, "
           f"max batch tokens {args.hf_max_batch_tokens}; {args.runs} alternating runs each, best shown")
-    results = [compare(kind, args, prompts, budgets) for kind in args.models.split(",")]
+    if args.models == "smollm2":
+        results = [compare_smollm2(args)]
+    else:
+        results = [compare(kind, args, prompts, budgets) for kind in args.models.split(",")]
     if args.save:
         save(Path(args.save), results, command_of(args))
     return 0 if all(passes(r) for r in results) else 1
@@ -305,3 +352,33 @@ def main(args, prompts, budgets) -> int:
 def passes(result: dict) -> bool:
     """Every pagedlib output equals transformers' ``generate``, or differs from it by a near-tie."""
     return result["identical"] + result["near_ties"] == result["requests"]
+
+
+def smollm2_workload(args, tokenizer) -> tuple[list[list[int]], list[int]]:
+    """``args.requests`` real chats (a shared system prompt, then one user's question, through the
+    chat template) and each reply's length, ``args.new_tokens``."""
+    from . import chats
+    from ..models.smollm2 import chat_ids
+    system = chats.LONG_SYSTEM if args.system == "long" else chats.SYSTEM
+    prompts = [chat_ids(tokenizer, chats.chat(q, system)) for q in chats.questions(args.requests)]
+    return prompts, [args.new_tokens] * len(prompts)
+
+
+def compare_smollm2(args) -> dict:
+    """The comparison on the real model, SmolLM2-135M-Instruct (fp32), over real chats."""
+    from ..models.smollm2 import load_smollm2_hf
+    hf, tokenizer = load_smollm2_hf()
+    hf = hf.to(runtime.DEVICE)
+    hf.config._attn_implementation = args.hf_attn
+    prompts, budgets = smollm2_workload(args, tokenizer)
+    print(f"workload: {len(prompts)} chats, {args.system} system prompt ({_shared(prompts)} tokens shared "
+          f"by every prompt), prompts {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
+          f"{args.new_tokens} new tokens each")
+    return compare("smollm2", args, prompts, budgets, hf=hf, decode=tokenizer.decode)
+
+
+def _shared(prompts) -> int:
+    """Tokens at the start of every prompt (the system prompt and the template around it)."""
+    first = prompts[0]
+    return min(next((k for k, (a, b) in enumerate(zip(first, p)) if a != b), min(len(first), len(p)))
+               for p in prompts[1:]) if len(prompts) > 1 else len(first)

@@ -31,6 +31,7 @@ from . import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Timeout, _call_with_t
 
 __all__ = ["KernelCase", "KernelExercise", "new_output", "describe_cache"]
 
+NAN_CAUSE = "Here every cache slot no sequence owns holds NaN: some tl.load read one."
 UNWRITTEN = -12288.0     # what an output holds before the kernel runs (exact in fp16 and fp32)
 GUARD_ROWS = 2           # rows of dim 0 of guard before and after each guarded tensor
 
@@ -120,49 +121,68 @@ def _advice(exc: BaseException) -> str:
     return ""
 
 
-def _index(flat: int, shape: Sequence[int]) -> str:
+def _index(flat: int, shape: Sequence[int], name: str = "out") -> str:
     idx = []
     for size in reversed(shape):
         idx.append(flat % size)
         flat //= size
-    return "out[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+    return name + "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
 
 
 def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def compare_outputs(got: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """None if ``got`` matches ``expected``; otherwise one sentence on the first thing that is wrong."""
+def compare_outputs(got, expected, name: str = "out") -> str | None:
+    """None if ``got`` matches ``expected``; otherwise one sentence on the first thing that is wrong.
+
+    A kernel with several outputs returns a dict of them, and its case's ``expected`` is a dict with
+    the same names: each is compared in turn, and the sentence names the output.
+    """
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return f"the launcher returned {type(got).__name__}, not the outputs {sorted(expected)}."
+        for key, want in expected.items():
+            problem = compare_outputs(got[key], want, key)
+            if problem is not None:
+                return problem
+        return None
     if got.shape != expected.shape:
-        return f"the output has shape {list(got.shape)}, the reference {list(expected.shape)}."
+        return f"`{name}` has shape {list(got.shape)}, the reference {list(expected.shape)}."
     buf = got._base if got._base is not None else None
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
     if buf is not None:
         pad = buf.numel() - got.numel()
         outside = torch.cat([buf[: pad // 2], buf[pad // 2 + got.numel():]]).double().cpu()
         if (outside != UNWRITTEN).any():
-            return ("the kernel stored values outside `out` (before its first or after its last "
+            return (f"the kernel stored values outside `{name}` (before its first or after its last "
                     "element): check the pointers and the mask of its tl.store.")
     total = e.numel()
     unwritten = (g == UNWRITTEN) & (e != UNWRITTEN)
     if unwritten.any():
         first = int(unwritten.flatten().nonzero()[0])
-        return (f"{_index(first, e.shape)} was never written ({int(unwritten.sum())} of {total} "
-                f"elements were not): the kernel must store every element of `out`.")
+        return (f"{_index(first, e.shape, name)} was never written ({int(unwritten.sum())} of {total} "
+                f"elements were not): the kernel must store every element of `{name}`.")
     leak = torch.isnan(g) & ~torch.isnan(e)
     if leak.any():
         first = int(leak.flatten().nonzero()[0])
-        return (f"NaN leaked into the output: {_index(first, e.shape)} is nan where the reference has "
+        return (f"NaN leaked into the output: {_index(first, e.shape, name)} is nan where the reference has "
                 f"{_num(e.flatten()[first].item())} ({int(leak.sum())} of {total} elements are NaN). "
-                "Here every cache slot no sequence owns holds NaN: some tl.load read one.")
+                + NAN_CAUSE)
     bad = ~torch.isclose(g, e, rtol=_tolerance(got.dtype), atol=_tolerance(got.dtype), equal_nan=True)
     if bad.any():
         first = int(bad.flatten().nonzero()[0])
-        return (f"first wrong element: {_index(first, e.shape)} = {_num(g.flatten()[first].item())} "
+        return (f"first wrong element: {_index(first, e.shape, name)} = {_num(g.flatten()[first].item())} "
                 f"where the reference has {_num(e.flatten()[first].item())} "
                 f"({int(bad.sum())} of {total} elements are wrong).")
     return None
+
+
+def _shapes(expected) -> str:
+    """'out [4, 16]', or each output's name and shape for a kernel with several."""
+    if isinstance(expected, dict):
+        return ", ".join(f"{k} {list(v.shape)}" for k, v in expected.items())
+    return f"out {list(expected.shape)}"
 
 
 def _tolerance(dtype: torch.dtype) -> float:
@@ -183,13 +203,16 @@ class KernelExercise(Exercise):
                  launch: Callable[..., torch.Tensor], cases: Sequence[KernelCase],
                  diagnose: Callable[[torch.Tensor, KernelCase], str | None] | None = None,
                  hints: Sequence[str] = (), wrong: Sequence[Any] = (), explanation: str = "",
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, diagnosis_names_nan_cause: bool = False):
         if not _is_kernel(reference):
             raise ValueError(f"exercise {name!r}: reference must be a @triton.jit kernel")
         self.kernel = reference
         self.launch = launch
         self.kernel_cases = list(cases)
         self.kernel_diagnose = diagnose
+        # a kernel that computes NaN without reading a cache (0 / 0, inf / inf): its diagnosis says
+        # why, in place of the usual "some tl.load read one"
+        self.diagnosis_names_nan_cause = diagnosis_names_nan_cause
         super().__init__(name, question, reference.fn, cases=[(c,) for c in self.kernel_cases],
                          hints=hints, wrong=wrong, explanation=explanation, timeout=timeout)
 
@@ -219,7 +242,7 @@ class KernelExercise(Exercise):
             return verdict
         n = len(self.kernel_cases)
         for i, case in enumerate(self.kernel_cases, 1):
-            where = f"case {i} of {n} ({case.label}; out {list(case.expected.shape)})"
+            where = f"case {i} of {n} ({case.label}; {_shapes(case.expected)})"
             try:
                 inputs = _copy_inputs(case.inputs)
                 with warnings.catch_warnings():      # the interpreter's NumPy warns on overflow
@@ -242,6 +265,8 @@ class KernelExercise(Exercise):
                     extra = self.kernel_diagnose(got, case)
                 except Exception:  # noqa: BLE001 - a diagnosis must never hide the verdict
                     extra = None
+            if extra and self.diagnosis_names_nan_cause:
+                problem = problem.replace(" " + NAN_CAUSE, "")
             message = f"{where}: {problem}"
             return INCORRECT, f"{message} {extra}" if extra else f"{message} Try `.hint()`."
         return CORRECT, ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from .style import COLORS
+from .style import COLORS, FIGURE_WIDTH, fit, wrap
 
 __all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
            "admission_policies"]
@@ -22,7 +22,7 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
     """Running and waiting requests (top) and KV blocks in use (bottom) at every engine step,
     with the steps that preempted marked."""
     steps = _series(metrics, "step")
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 5.5), sharex=True)
     top.step(steps, _series(metrics, "running"), where="post", color=COLORS["kv"], label="running")
     top.step(steps, _series(metrics, "waiting"), where="post", color=COLORS["tail"], label="waiting")
     preempt = [(s, r) for s, r, p in zip(steps, _series(metrics, "running"), _series(metrics, "preempted")) if p]
@@ -30,7 +30,7 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
         top.scatter(*zip(*preempt), marker="v", color=COLORS["padding"], zorder=3, label="a preemption")
     top.set_ylabel("sequences")
     top.set_title(title)
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
+    top.legend(loc="best", fontsize=10)
 
     used, logical = _series(metrics, "blocks_used"), _series(metrics, "logical_blocks")
     bottom.fill_between(steps, used, step="post", color=COLORS["kv"], alpha=0.6, label="blocks in use")
@@ -40,8 +40,8 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
     bottom.axhline(metrics["num_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
     bottom.set_ylabel(f"KV blocks ({metrics['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
-    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
-    fig.tight_layout()
+    bottom.legend(loc="best", fontsize=10)
+    fit(fig).tight_layout()
     return fig
 
 
@@ -49,7 +49,7 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     """Running requests per step for several engines (name -> metrics) on the same workload, and
     the KV blocks each had in use."""
     colours = [COLORS["kv"], COLORS["padding"], COLORS["shared"], COLORS["other"]]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 5.5))
     for (name, m), colour in zip(runs.items(), colours):
         top.step(_series(m, "step"), _series(m, "running"), where="post", color=colour, label=name)
         bottom.step(_series(m, "step"), _series(m, "blocks_used"), where="post", color=colour,
@@ -64,9 +64,9 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     top.set_xlabel("engine step")
     bottom.set_ylabel(f"KV blocks ({first['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
-    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10)
-    fig.tight_layout()
+    top.legend(loc="best", fontsize=10)
+    bottom.legend(loc="best", fontsize=10)
+    fit(fig).tight_layout()
     return fig
 
 
@@ -93,7 +93,7 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
         raise ValueError(f"the batch writes slot {max(slots)}, beyond num_blocks * block_size = "
                          f"{num_blocks * block_size}: pass the cache's num_blocks and block_size")
     colours = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"]]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 4.6), height_ratios=[1, 1.2])
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 4.6), height_ratios=[1, 1.2])
 
     owner = [s for s in range(num_seqs) for _ in range(starts[s], starts[s + 1])]
     for t, (s, pos, slot) in enumerate(zip(owner, positions, slots)):
@@ -134,34 +134,35 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
         bottom.text(x_of(b * block_size) + block_size / 2 - 0.04, -0.12, f"block {b}", ha="center",
                     va="top", fontsize=10)
     bottom.text(x_of(num_blocks * block_size - 1) / 2, -0.55,
-                "KV cache: pale = K/V from earlier steps, solid = written by this step, "
-                + ("outlined = held, not written yet, " if full_tables is not None else "")
-                + "grey = free",
+                wrap("KV cache: pale = K/V from earlier steps, solid = written by this step, "
+                     + ("outlined = held, not written yet, " if full_tables is not None else "")
+                     + "grey = free", FIGURE_WIDTH, 10),
                 ha="center", va="top", fontsize=10)
     bottom.set_xlim(-0.1, x_of(num_blocks * block_size - 1) + 1)
-    bottom.set_ylim(-0.9, 1.05)
+    bottom.set_ylim(-1.4, 1.05)
     bottom.set_axis_off()
-    fig.tight_layout(h_pad=2.5)
+    fit(fig).tight_layout(h_pad=2.5)
     to_fig = fig.transFigure.inverted()
     for t, slot in enumerate(slots):                     # each token's line to the slot it writes
         x0, y0 = to_fig.transform(top.transData.transform((t + 0.46, 0)))
         x1, y1 = to_fig.transform(bottom.transData.transform((x_of(slot) + 0.46, 1)))
         fig.add_artist(plt.Line2D([x0, x1], [y0, y1], color="#444444", linewidth=0.8,
                                   transform=fig.transFigure))
-    return fig
+    return fit(fig)
 
 
 def budget_latencies(rows: list[dict], title: str = "What a token budget trades"):
     """One bar per token budget in two panels: the mean steps from a long prompt's arrival to its
-    first token (left), and the largest step, in tokens, that a decoding request waited through
-    (right, about that step's cost). ``rows``: one dict per budget with ``budget`` (an int, or
+    first token (top), and the largest step, in tokens, that a decoding request waited through
+    (bottom, about that step's cost). ``rows``: one dict per budget with ``budget`` (an int, or
     ``None`` for no budget), ``steps_to_first`` and ``max_step_tokens``."""
     for key in ("budget", "steps_to_first", "max_step_tokens"):
         missing = [i for i, row in enumerate(rows) if key not in row]
         if missing:
             raise ValueError(f"rows must each have {key!r}; rows {missing} do not")
     labels = ["none" if row["budget"] is None else str(row["budget"]) for row in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    # stacked, not side by side: each panel keeps the figure's whole width on a phone
+    fig, (left, right) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.0), layout="constrained")
     fig.suptitle(title, fontsize=12)
     for ax, key, colour, ylabel in (
             (left, "steps_to_first", COLORS["tail"], "steps to first token\n(long prompts, mean)"),
@@ -173,7 +174,7 @@ def budget_latencies(rows: list[dict], title: str = "What a token budget trades"
         ax.set_ylabel(ylabel, fontsize=10)
         ax.margins(y=0.15)
         ax.tick_params(labelsize=10)
-    return fig
+    return fit(fig)
 
 
 def _check_rows(rows: list[dict], keys: tuple[str, ...]) -> None:
@@ -214,7 +215,7 @@ def latency_percentiles(rows: list[dict], label: str = "scheduling",
     axes[2].set_xlabel(label, fontsize=10)
     axes[2].tick_params(axis="x", labelsize=8)
     axes[2].margins(y=0.15)
-    return fig
+    return fit(fig)
 
 
 def admission_policies(rows: list[dict], num_blocks: int,
@@ -241,4 +242,4 @@ def admission_policies(rows: list[dict], num_blocks: int,
         ax.margins(y=0.18)
     axes[2].axhline(num_blocks, color="black", linestyle="--", linewidth=1)
     axes[2].set_title(f"dashed: the cache, {num_blocks} blocks", fontsize=9)
-    return fig
+    return fit(fig)

@@ -15,7 +15,7 @@ from matplotlib.ticker import FuncFormatter
 from ..memory.allocators import ContiguousAllocator
 from ..memory.block_manager import BlockManager
 from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
-from .style import COLORS, PADDING_HATCH
+from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, wrap
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_page_size", "plot_block_tables",
            "plot_kv_memory"]
@@ -24,10 +24,10 @@ __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_page_size", "plot_b
 def _legend_below(fig, ax, own_figure: bool, handles, fontsize=10):
     """Legend under the plot on our own figure; inside the axes when drawing into someone else's."""
     if own_figure:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3),
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 2),
                    fontsize=fontsize, frameon=False)
     else:
-        ax.legend(handles=handles, loc="lower right", fontsize=fontsize - 1, framealpha=0.9)
+        ax.legend(handles=handles, loc="lower right", fontsize=fontsize, framealpha=0.9)
 
 
 def _axes(ax, figsize):
@@ -45,7 +45,7 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
     title also gives the capacity of a pool that size.
     """
     own = ax is None
-    fig, ax = _axes(ax, (9, 0.5 * plan.n_requests + 1.8))
+    fig, ax = _axes(ax, (FIGURE_WIDTH, 0.5 * plan.n_requests + 2.6))
     width = width or (plan.unit if plan.kind == "reserve-max" else max(r.allocated for r in plan.rows))
     for y, row in enumerate(plan.rows):
         ax.barh(y, row.length, color=COLORS["kv"], edgecolor="white", linewidth=0.5)
@@ -60,13 +60,13 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
         ax.text(width * 1.01, y, f"{row.length:,} / {row.allocated:,}", va="center", fontsize=10)
     ax.set_yticks(range(plan.n_requests), [f"{r.request} ({r.length:,})" for r in plan.rows])
     ax.invert_yaxis()
-    ax.set_xlim(0, width * 1.2)
+    ax.set_xlim(0, width * 1.42)
     ax.set_xlabel("token slots (right: used / allocated)")
     what = f"max_len {plan.unit:,}" if plan.kind == "reserve-max" else f"pages of {plan.unit}"
     title = f"{plan.kind} ({what}): {plan.allocated:,} slots allocated, waste {plan.waste:.1%}"
     if pool_slots:
         title += f", {plan.capacity(pool_slots)} requests fit {pool_slots:,} slots"
-    ax.set_title(title, fontsize=11)
+    ax.set_title(wrap(title, FIGURE_WIDTH, 11), fontsize=11)
     handles = [Patch(color=COLORS["kv"], label="real K/V")]
     if plan.kind == "paged":
         handles += [Patch(color=COLORS["tail"], label="unused tail of the last page"),
@@ -90,7 +90,7 @@ def plot_pool_timeline(allocator: ContiguousAllocator, *, ax=None):
     if not history:
         raise ValueError("the allocator has no history yet; call replay(events) first")
     own = ax is None
-    fig, ax = _axes(ax, (9, 0.36 * len(history) + 2.2))
+    fig, ax = _axes(ax, (FIGURE_WIDTH, 0.4 * len(history) + 2.8))
     pool = allocator.pool_slots
     for y, step in enumerate(history):
         need = min((allocator.reservation(n) for _, n in step.waiting), default=None)
@@ -104,25 +104,26 @@ def plot_pool_timeline(allocator: ContiguousAllocator, *, ax=None):
             if seg.size > seg.used:
                 ax.barh(y, seg.size - seg.used, left=seg.start + seg.used, color=COLORS["padding"],
                         hatch=PADDING_HATCH, edgecolor="white", linewidth=0.5, alpha=0.85)
-            if seg.size >= pool / 25:
-                ax.text(seg.start + seg.size / 2, y, str(seg.owner), ha="center", va="center", fontsize=9,
+            if seg.size >= pool / 14:
+                ax.text(seg.start + seg.size / 2, y, str(seg.owner), ha="center", va="center", fontsize=10,
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.8))
         if step.refused is not None:
             ax.plot(pool * 1.02, y, marker="x", color=COLORS["padding"], markersize=8, mew=2)
-            ax.text(pool * 1.04, y, f"{step.refused} refused ({step.event[2]:,})", va="center", fontsize=10)
+            ax.text(pool * 1.04, y, f"{step.refused}\nrefused", va="center", fontsize=10)
     ax.set_yticks(range(len(history)), [_event_label(s.event) for s in history], fontsize=10)
     ax.invert_yaxis()
-    ax.set_xlim(0, pool * 1.38)
+    ax.set_xlim(0, pool * 1.3)
     ax.set_xlabel("token slot in the pool")
     ax.set_ylabel("event (time runs down)")
-    ax.set_title(f"{allocator.kind} allocator, {pool:,}-slot pool: {allocator.refusals} refusal(s)", fontsize=11)
+    ax.set_title(wrap(f"{allocator.kind} allocator, {pool:,}-slot pool: {allocator.refusals} refusal(s)",
+                      FIGURE_WIDTH, 11), fontsize=11)
     handles = [Patch(color=COLORS["kv"], label="real K/V"),
                Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
                      label="reserved, not written"),
                Patch(color=COLORS["free"], label="free hole"),
                Patch(color=COLORS["external"], label="hole too small for any waiting request"),
                plt.Line2D([], [], marker="x", color=COLORS["padding"], ls="", mew=2, label="refused arrival")]
-    _legend_below(fig, ax, own, handles, fontsize=9)
+    _legend_below(fig, ax, own, handles, fontsize=10)
     return fig
 
 
@@ -138,24 +139,26 @@ def plot_waste_vs_page_size(lengths: Sequence[int], page_sizes: Sequence[int] = 
     ``pool_slots`` each point is labelled with the number of requests of this mix that fit.
     """
     from ..memory.capacity import reserve_max_plan
-    fig, ax = _axes(ax, (8.5, 4.2))
+    fig, ax = _axes(ax, (FIGURE_WIDTH, 3.8))
     plans = [paged_plan(lengths, p) for p in page_sizes]
     waste = [100 * p.waste for p in plans]
     ax.plot(page_sizes, waste, marker="o", color=COLORS["kv"], label="paged")
     if pool_slots:
         for x, y, plan in zip(page_sizes, waste, plans):
             ax.annotate(f"{plan.capacity(pool_slots)}", (x, y), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=9)
+                        ha="center", fontsize=10)
     if max_len:
         ax.axhline(100 * reserve_max_plan(lengths, max_len).waste, ls="--", color=COLORS["padding"],
                    label=f"reserve-max (max_len {max_len:,})")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(page_sizes), [str(p) for p in page_sizes])
+    ax.tick_params(axis="x", labelsize=10)
     ax.set_ylim(0, 100 if max_len else max(waste) * 1.25 + 1)
     ax.set_xlabel("page size (tokens)")
     ax.set_ylabel("waste (% of allocated slots)")
     note = " (labels: requests that fit the pool)" if pool_slots else ""
-    ax.set_title(f"Bigger pages round each request up further{note}", fontsize=11)
+    ax.set_title(wrap(f"Bigger pages round each request up further{note}", FIGURE_WIDTH, 11),
+                 fontsize=11)
     ax.legend(fontsize=10)
     return fig
 
@@ -173,7 +176,7 @@ def plot_block_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = Non
     max_logical = max((len(t) for t in tables.values()), default=1)
     height = max(n_blocks, 1.6 * len(seq_ids))
     own = ax is None
-    fig, ax = _axes(ax, (0.55 * max_logical + 5.5, 0.28 * height + 1.8))
+    fig, ax = _axes(ax, (min(FIGURE_WIDTH, 0.45 * max_logical + 3.4), 0.3 * height + 2.4))
     pool_x = max_logical + 3
     pool_step = height / n_blocks
 
@@ -191,10 +194,10 @@ def plot_block_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = Non
         cached_free = ref == 0 and bm.is_cached(b)
         box(pool_x, pool_y(b), colour, outline=COLORS["other"] if cached_free else "#888888",
             lw=1.8 if cached_free else 0.8)
-        ax.text(pool_x + 0.45, pool_y(b) + 0.4, str(b), ha="center", va="center", fontsize=9, zorder=4,
+        ax.text(pool_x + 0.45, pool_y(b) + 0.4, str(b), ha="center", va="center", fontsize=10, zorder=4,
                 color="white" if ref else "black")
         if ref > 1:
-            ax.text(pool_x + 1.0, pool_y(b) + 0.4, f"×{ref}", va="center", fontsize=9, color=COLORS["shared"])
+            ax.text(pool_x + 1.0, pool_y(b) + 0.4, f"×{ref}", va="center", fontsize=10, color=COLORS["shared"])
     arrow_colours = [COLORS[c] for c in ("kv", "tail", "other", "accent", "padding", "shared")]
     for row, s in enumerate(seq_ids):
         y = height - (row + 0.5) * height / len(seq_ids) - 0.4
@@ -205,22 +208,23 @@ def plot_block_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = Non
             colour = COLORS["shared"] if bm.ref_count(b) > 1 else COLORS["kv"]
             box(i, y, colour, frac=frac)
             full = frac == 1.0
-            ax.text(i + 0.45, y + 0.4, str(b), ha="center", va="center", fontsize=9, zorder=4,
+            ax.text(i + 0.45, y + 0.4, str(b), ha="center", va="center", fontsize=10, zorder=4,
                     color="white" if full else "black",
                     bbox=None if full else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
             ax.annotate("", xy=(pool_x, pool_y(b) + 0.4), xytext=(i + 0.45, y + 0.4), zorder=1,
                         arrowprops=dict(arrowstyle="->", color=colour_arrow, alpha=0.55, lw=0.9))
         ax.text(-0.3, y + 0.4, f"{s}\n{n_tok} tokens", ha="right", va="center", fontsize=10, color=colour_arrow)
     ax.text(pool_x + 0.45, height + 0.3, "physical\nblocks", ha="center", va="bottom", fontsize=10)
-    ax.text(max_logical / 2, height + 0.3, "logical blocks (label: physical block)", ha="center",
+    ax.text(max_logical / 2, height + 0.3, "logical blocks\n(label: physical block)", ha="center",
             va="bottom", fontsize=10)
     ax.set_xlim(-2.5, pool_x + 1.8)
     ax.set_ylim(-0.3, height + 1.4)
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.set_xlabel(f"{bs} tokens per block; a logical block is filled in proportion to its tokens")
-    ax.set_title(f"Block tables: {len(seq_ids)} sequences, {bm.num_used_blocks} of {n_blocks} blocks in use",
-                 fontsize=11)
+    ax.set_xlabel(wrap(f"{bs} tokens per block; a logical block is filled in proportion to its tokens",
+                       FIGURE_WIDTH, 10), fontsize=10)
+    ax.set_title(wrap(f"Block tables: {len(seq_ids)} sequences, {bm.num_used_blocks} of {n_blocks} "
+                      "blocks in use", FIGURE_WIDTH, 11), fontsize=11)
     for side in ("left", "right", "top", "bottom"):
         ax.spines[side].set_visible(False)
     handles = [Patch(color=COLORS["kv"], label="one owner"),
@@ -238,9 +242,9 @@ def plot_kv_memory(model: ModelSpec | str = "llama-2-7b", *,
                    seq_lens: Sequence[int] = (512, 2048, 8192),
                    length_batches: Sequence[int] = (1, 8, 64),
                    gpus: Sequence[str] = ("T4", "A100-40GB", "H100-80GB", "H200")):
-    """KV-cache size against batch size (left) and sequence length (right), beside GPU memory sizes.
+    """KV-cache size against batch size (top) and sequence length (bottom), beside GPU memory sizes.
 
-    The left panel has a line per length in ``seq_lens``, the right one a line per batch size in
+    The top panel has a line per length in ``seq_lens``, the bottom one a line per batch size in
     ``length_batches``; ``model`` is a :class:`ModelSpec` or a key of ``pagedlib.MODELS``.
 
     ``2 * layers * kv_heads * head_dim * bytes`` per token, times tokens, times sequences. The
@@ -248,7 +252,8 @@ def plot_kv_memory(model: ModelSpec | str = "llama-2-7b", *,
     counted yet).
     """
     spec = model_spec(model)  # a KeyError that lists the known models
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.6), layout="constrained", sharey=True)
+    # stacked, not side by side: each panel keeps the figure's whole width on a phone
+    fig, (left, right) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 7.4), layout="constrained", sharey=True)
     shades = plt.cm.Blues(np.linspace(0.45, 0.95, max(len(seq_lens), len(length_batches))))
     b = np.array(batch_sizes, dtype=float)
     for colour, n in zip(shades, seq_lens):
@@ -258,17 +263,21 @@ def plot_kv_memory(model: ModelSpec | str = "llama-2-7b", *,
         right.plot(lens, bsz * lens * spec.kv_bytes_per_token / GiB, marker="o", ms=3, color=colour,
                    label=f"batch {bsz}")
     for ax in (left, right):
-        for g, style in zip(gpus, ["-", "--", "-.", ":", (0, (5, 1))]):
-            ax.axhline(GPUS[g].memory_gib, color=COLORS["padding"], ls=style, lw=1,
-                       label=f"{g} ({GPUS[g].memory_gib:.1f} GiB usable)")
+        gpu_lines = [ax.axhline(GPUS[g].memory_gib, color=COLORS["padding"], ls=style, lw=1,
+                                label=f"{g} ({GPUS[g].memory_gib:.1f} GiB usable)")
+                     for g, style in zip(gpus, ["-", "--", "-.", ":", (0, (5, 1))])]
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_yscale("log")
         ax.grid(alpha=0.3, which="major")
-        ax.legend(fontsize=9, loc="upper left")
+        curves = [line for line in ax.get_lines() if line not in gpu_lines]
+        ax.legend(handles=curves, fontsize=10, loc="lower right")
+    # the GPUs are the same in both panels: one legend for them, under the figure
+    fig.legend(handles=gpu_lines, loc="outside lower center", ncol=2, fontsize=10, frameon=False)
     left.set_xlabel("batch size (sequences)")
     right.set_xlabel("sequence length (tokens)")
     left.set_ylabel("KV cache (GiB)")
+    right.set_ylabel("KV cache (GiB)")
     per_token = spec.kv_bytes_per_token / 1024
     fig.suptitle(f"{spec.name}: {per_token:,.0f} KiB of K/V per token", fontsize=12)
     left.set_title("grows with the batch", fontsize=11)

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib import animation
 from matplotlib.patches import Patch, Rectangle
 
-from .style import COLORS
+from .style import COLORS, FIGURE_WIDTH, fit
 from ..validation import cdiv
 
 __all__ = ["plot_page_table", "PoolFrame", "animate_pool", "animation_html"]
@@ -70,7 +70,7 @@ def plot_page_table(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[H
     own = ax is None
     rows = max(num_pages, 2 * len(seqs))
     if own:
-        fig, ax = plt.subplots(figsize=(8.5, 0.36 * rows + 1.6), layout="constrained")
+        fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.36 * rows + 1.6), layout="constrained")
     fig = ax.figure
     pool_x = max_logical + 2.5
     step = rows / num_pages
@@ -112,10 +112,10 @@ def plot_page_table(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[H
     handles = [Patch(color=colours[s], label=f"{s}'s pages") for s in seqs]
     handles.append(Patch(facecolor=COLORS["free"], edgecolor="#555555", label="free page"))
     (fig.legend if own else ax.legend)(handles=handles, loc="lower center" if own else "lower left",
-                                       ncol=min(len(handles), 4), fontsize=10, frameon=False)
+                                       ncol=min(len(handles), 2), fontsize=10, frameon=False)
     if own:
         fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
-    return fig
+    return fit(fig)
 
 
 @dataclass
@@ -147,7 +147,7 @@ def animate_pool(frames: Sequence[PoolFrame], page_size: int, *, columns: int = 
     colours = _owner_colours([o for f in frames for o in f.owners] +
                              [s for f in frames for s in f.waiting])
     rows = cdiv(num_pages, columns)
-    fig, ax = plt.subplots(figsize=(8.5, 0.75 * rows + 2.2))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.75 * rows + 2.2))
     fig.subplots_adjust(left=0.02, right=0.98, top=0.86, bottom=0.02)
 
     def draw(i: int):

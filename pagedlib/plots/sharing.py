@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
 from ..memory.block_manager import BlockManager, block_hash
-from .style import COLORS, PADDING_HATCH
+from .style import COLORS, PADDING_HATCH, FIGURE_WIDTH, fit
 from ..validation import cdiv
 
 __all__ = ["plot_page_mapping", "plot_padded_vs_csr", "plot_shared_tables", "plot_beam_tree", "plot_hash_chains",
@@ -58,7 +58,7 @@ def plot_page_mapping(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], 
             if not 0 <= block < num_blocks:
                 raise ValueError(f"tables[{s}][{p}] = {block} is not a block of a pool of {num_blocks}")
             owner[block] = (s, p, min(block_size, n - p * block_size))
-    fig, ax = plt.subplots(figsize=(9, 1.0 * len(tables) + 2.4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.0 * len(tables) + 2.4), layout="constrained")
     step = 1.25
     for s, (table, n) in enumerate(zip(tables, seq_lens)):           # logical pages, one row each
         y = 2.2 + (len(tables) - 1 - s) * 1.25
@@ -89,8 +89,8 @@ def plot_page_mapping(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], 
                for s in range(len(tables))]
     handles += [Patch(facecolor=COLORS["tail"], hatch=PADDING_HATCH, label="unused slot of a last page"),
                 Patch(facecolor=COLORS["free"], edgecolor="black", label="free block")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=FONT, frameon=False)
-    return fig
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+    return fit(fig)
 
 
 def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int):
@@ -112,7 +112,7 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
     for t in tables:
         indptr.append(indptr[-1] + len(t))
     last = [n - (len(t) - 1) * block_size for t, n in zip(tables, seq_lens)]
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(tables) + 3.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.6 * len(tables) + 3.2), layout="constrained")
     top = 2.4                                              # the padded table's bottom edge
     for s, table in enumerate(tables):
         y = top + (len(tables) - 1 - s) * 0.8
@@ -154,8 +154,8 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
                for s in range(len(tables))]
     handles.append(Patch(facecolor=COLORS["free"], hatch=PADDING_HATCH, edgecolor="black",
                          label="padding, never read"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=FONT, frameon=False)
-    return fig
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+    return fit(fig)
 
 
 def _runs(column: Sequence[int | None]) -> list[tuple[int, int, int | None]]:
@@ -207,7 +207,7 @@ def _table_legend(fig) -> None:
     fig.legend(handles=[Patch(color=COLORS["kv"], label="block held by one table"),
                         Patch(color=COLORS["shared"], label="shared block (×ref count)"),
                         Patch(facecolor="white", edgecolor="black", label="not yet written")],
-               loc="outside lower center", ncol=3, fontsize=FONT, frameon=False)
+               loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
 
 
 def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = None, *,
@@ -222,7 +222,7 @@ def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = No
     if not seq_ids:
         raise ValueError("seq_ids is empty: give at least one live sequence to draw")
     width = max(len(bm.block_table(s)) for s in seq_ids)
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(seq_ids) + 1.9), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.55 * len(seq_ids) + 1.9), layout="constrained")
     _draw_tables(ax, bm, seq_ids)
     for i in range(width):
         ax.text(i + 0.5, 0.15, f"page {i}", ha="center", va="bottom", fontsize=FONT)
@@ -234,7 +234,7 @@ def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = No
     ax.set_title(title or f"{len(seq_ids)} block tables, {bm.num_used_blocks} physical blocks in use",
                  fontsize=FONT + 1)
     _table_legend(fig)
-    return fig
+    return fit(fig)
 
 
 def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Sequence[Hashable],
@@ -263,7 +263,7 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
         alive[t - 1] = {parents[t - 1][j] for j in alive[t]}
     k = max(len(p) for p in parents)
     bs = bm.block_size
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.4), layout="constrained", sharex=True,
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.4), layout="constrained", sharex=True,
                                       gridspec_kw={"height_ratios": [1.1, 1]})
 
     def y_of(t, j):                                      # step t's beams spread over the same height
@@ -306,7 +306,7 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
                       "box label: physical block)", fontsize=FONT)
     bottom.tick_params(labelsize=FONT)
     _table_legend(fig)
-    return fig
+    return fit(fig)
 
 
 def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int):
@@ -320,7 +320,7 @@ def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int)
         raise ValueError("prompts is empty: give at least one prompt to draw")
     names = list(prompts)
     width = max(cdiv(len(p), block_size) for p in prompts.values())
-    fig, ax = plt.subplots(figsize=(9, 0.75 * len(names) + 1.7), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.75 * len(names) + 1.7), layout="constrained")
     seen: set[bytes] = set()
     for r, name in enumerate(names):
         tokens = list(prompts[name])
@@ -358,8 +358,8 @@ def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int)
                         Patch(color=COLORS["shared"], label="name seen in an earlier prompt"),
                         Patch(facecolor=COLORS["tail"], hatch=PADDING_HATCH,
                               label="partly filled: no name")],
-               loc="outside lower center", ncol=3, fontsize=FONT, frameon=False)
-    return fig
+               loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+    return fit(fig)
 
 
 def pool_states(bm: BlockManager) -> list[str]:
@@ -377,7 +377,7 @@ def plot_pool_snapshots(snapshots: Sequence[tuple[str, Sequence[str], Sequence[s
     if not snapshots:
         raise ValueError("snapshots is empty: take at least one with pool_states")
     num_blocks = len(snapshots[0][1])
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(snapshots) + 1.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.5 * len(snapshots) + 1.6), layout="constrained")
     for row, (label, states, contents) in enumerate(snapshots):
         if len(states) != num_blocks or len(contents) != num_blocks:
             raise ValueError(f"snapshot {row} ({label!r}) must give one state and one label per block")
@@ -399,5 +399,5 @@ def plot_pool_snapshots(snapshots: Sequence[tuple[str, Sequence[str], Sequence[s
     ax.set_xlabel("physical block id", fontsize=FONT)
     ax.set_title(f"A pool of {num_blocks} blocks over time (top to bottom)", fontsize=FONT + 1)
     fig.legend(handles=[Patch(color=c, label=s) for s, c in _STATE_COLOURS.items()],
-               loc="outside lower center", ncol=3, fontsize=FONT, frameon=False)
-    return fig
+               loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+    return fit(fig)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..sim import FIGURE2, FIGURE13, POLICIES, POLICY_LABELS, SimResult, Workload, simulate
-from .style import COLORS, PADDING_HATCH
+from .style import COLORS, PADDING_HATCH, FIGURE_WIDTH, fit
 
 __all__ = ["paper_figure2", "paper_figure12", "paper_figure13", "sim_waste_vs_block_size"]
 
@@ -32,7 +32,7 @@ def _stack(ax, x: float, shares: dict[str, float], width: float, labelled: bool,
         ax.bar(x, shares[name], width, bottom=bottom, color=colour, hatch=hatch, alpha=alpha,
                edgecolor="white", linewidth=0.5, label=label if labelled else None)
         bottom += shares[name]
-    ax.text(x, shares["token"] / 2, f"{shares['token']:.1f}%", ha="center", va="center",
+    ax.text(x, shares["token"] / 2, f"{shares['token']:.0f}%", ha="center", va="center",
             color="white", fontsize=10, fontweight="bold")
 
 
@@ -43,19 +43,19 @@ def paper_figure2(results: dict[str, SimResult] | None = None, workload: Workloa
     queue). Each policy gets two stacked bars, the simulation (left) and the paper (right, lighter).
     """
     results = results or _saturated(workload)
-    fig, ax = plt.subplots(figsize=(9, 5.4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 5.4), layout="constrained")
     for i, policy in enumerate(results):
         sim = {k: 100 * v for k, v in results[policy].shares().items()}
         _stack(ax, i - 0.2, sim, 0.36, labelled=i == 0)
         _stack(ax, i + 0.2, FIGURE2[policy], 0.36, labelled=False, alpha=0.55)
         ax.text(i - 0.2, 101, "sim", ha="center", fontsize=10)
         ax.text(i + 0.2, 101, "paper", ha="center", fontsize=10)
-    ax.set_xticks(range(len(results)), [POLICY_LABELS[p] for p in results])
+    ax.set_xticks(range(len(results)), [POLICY_LABELS[p].replace(" (", "\n(") for p in results])
     ax.set_ylim(0, 108)
     ax.set_ylabel("share of the K/V pool (%, time average)")
     ax.set_title("Where the K/V memory goes (OPT-13B, 15.7K slots, ShareGPT):\nsimulated vs paper")
-    fig.legend(loc="outside lower center", ncols=4, fontsize=10, frameon=False)   # below: fits a phone
-    return fig
+    fig.legend(loc="outside lower center", ncols=2, fontsize=10, frameon=False)   # below: fits a phone
+    return fit(fig)
 
 
 def paper_figure13(results: dict[str, SimResult] | None = None, workload: Workload | None = None,
@@ -69,7 +69,7 @@ def paper_figure13(results: dict[str, SimResult] | None = None, workload: Worklo
         results = {p: simulate(workload, p, request_rate=request_rate) for p in POLICIES}
     paper = FIGURE13.get((dataset, request_rate), {})
     x = np.arange(len(results))
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 4.5))
     bars = [("simulated", -0.2, [results[p].avg_batch for p in results], COLORS["kv"])]
     if paper:
         bars.append(("paper", 0.2, [paper[p] for p in results], COLORS["accent"]))
@@ -77,12 +77,12 @@ def paper_figure13(results: dict[str, SimResult] | None = None, workload: Worklo
         ax.bar(x + shift, values, 0.38, color=colour, label=label)
         for xi, value in zip(x, values):
             ax.text(xi + shift, value, f"{value:.1f}", ha="center", va="bottom", fontsize=10)
-    ax.set_xticks(x, [POLICY_LABELS[p] for p in results])
+    ax.set_xticks(x, [POLICY_LABELS[p].replace(" (", "\n(") for p in results])
     ax.set_ylabel("average running requests (batch size)")
     name = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}.get(dataset, dataset)
     ax.set_title(f"Batch size per policy (OPT-13B, {name}, {request_rate:g} requests/s)")
     ax.legend()
-    fig.tight_layout()
+    fit(fig).tight_layout()
     return fig
 
 
@@ -97,7 +97,7 @@ def sim_waste_vs_block_size(block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     extra = {} if kv_slots is None else {"kv_slots": kv_slots}
     runs = [simulate(workload, "paged", block_size=b, **extra) for b in block_sizes]
     x = np.arange(len(block_sizes))
-    fig, ax = plt.subplots(figsize=(10, 4.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 4.5), layout="constrained")
     bottom = np.zeros(len(runs))
     for name, label, colour, hatch in _PARTS:
         values = np.array([100 * r.shares()[name] for r in runs])
@@ -115,9 +115,9 @@ def sim_waste_vs_block_size(block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     ax.set_title("Paged policy: waste and batch size vs page size (ShareGPT, saturated queue)")
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = batch_ax.get_legend_handles_labels()
-    fig.legend(handles + more, labels + more_labels, loc="outside lower center", ncols=3, fontsize=10,
+    fig.legend(handles + more, labels + more_labels, loc="outside lower center", ncols=2, fontsize=10,
                frameon=False)
-    return fig
+    return fit(fig)
 
 
 _POLICY_STYLE = {"max": (COLORS["padding"], "s"), "pow2": (COLORS["tail"], "^"),
@@ -129,7 +129,7 @@ def paper_figure12(rates, curves: dict[str, np.ndarray], knees: dict[str, float]
     """The paper's Figure 12 shape: normalised latency (s/token) against request rate, one line per
     policy (``curves`` maps policy -> latency at each of ``rates``), with each policy's sustainable
     rate (``knees``) marked by a dotted line."""
-    fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 4.8), layout="constrained")
     for policy, latency in curves.items():
         colour, marker = _POLICY_STYLE[policy]
         ax.plot(rates, np.minimum(latency, ylim * 1.2), marker=marker, color=colour,
@@ -143,4 +143,4 @@ def paper_figure12(rates, curves: dict[str, np.ndarray], knees: dict[str, float]
     ax.set_ylabel("normalised latency (s/token)")
     ax.set_title("Latency against load (OPT-13B, ShareGPT, simulated):\nthe knee is where the queue grows without bound")
     ax.legend(loc="upper left", fontsize=10)
-    return fig
+    return fit(fig)

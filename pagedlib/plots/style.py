@@ -4,7 +4,9 @@
 every figure of the course, the learner's own included: font sizes that stay readable when a figure
 is shown at the width of the site's column (about 780 px) or of a phone (about 360 px), and, in a
 notebook, PNGs rendered at twice their display size (``retina``), so they are sharp on high-density
-screens and on the site. A figure made at the default size, 7.5 x 4.2 inches, is shown 750 px wide.
+screens and on the site. A figure made at the default size, 5.2 x 3.5 inches, is shown 520 px wide:
+on a phone, 360 px wide, its smallest text (10 pt) is still 9.6 px tall. A figure of two panels
+stacks them (one above the other) rather than setting them side by side.
 """
 from __future__ import annotations
 
@@ -23,21 +25,73 @@ PADDING_HATCH = "///"         # padding is hatched as well as coloured, so it su
 DISPLAY_DPI = 100             # CSS pixels per inch of a figure: 7.5 in is shown 750 px wide
 PIXEL_RATIO = 2               # PNGs hold this many pixels per CSS pixel (retina)
 # Font sizes in points. At 100 px per inch a 12 pt label is 16.7 px on a desktop; text drawn
-# smaller than SMALLEST_FONT is hard to read once a phone shrinks the figure to half its width.
-SMALLEST_FONT = 9
+# smaller than SMALLEST_FONT is hard to read once a phone shrinks the figure to 360 px.
+SMALLEST_FONT = 10
+FIGURE_WIDTH = 5.2            # inches: the widest a course figure is drawn (520 CSS px)
+# On a phone a figure is shown PHONE_WIDTH CSS px wide (or its own width, if narrower); its text must
+# then be at least PHONE_TEXT_PX CSS px tall. A text of s pt in a figure W CSS px wide is
+# s * DISPLAY_DPI / 72 * PHONE_WIDTH / W px there: 10 pt text needs a figure at most 617 px wide.
+PHONE_WIDTH = 360
+PHONE_TEXT_PX = 9
 RC_PARAMS = {
-    "figure.figsize": (7.5, 4.2),
+    "figure.figsize": (FIGURE_WIDTH, 3.5),
     "figure.dpi": DISPLAY_DPI,
     "savefig.dpi": DISPLAY_DPI * PIXEL_RATIO,
     "font.size": 12,
-    "axes.titlesize": 13,
+    "axes.titlesize": 12,
     "axes.labelsize": 12,
     "xtick.labelsize": 11,
     "ytick.labelsize": 11,
     "legend.fontsize": 11,
     "legend.title_fontsize": 11,
-    "figure.titlesize": 14,
+    "figure.titlesize": 13,
 }
+
+
+def wrap(text: str, width_in: float = FIGURE_WIDTH, fontsize: float = 12) -> str:
+    """``text`` broken into lines that fit ``width_in`` inches at ``fontsize`` points (for titles)."""
+    import textwrap
+
+    chars = max(12, int(width_in * 72 / (0.62 * fontsize)))     # an average glyph: 0.62 em wide
+    return "\n".join(textwrap.wrap(" ".join(text.split()), chars))
+
+
+def fit(fig):
+    """Wrap ``fig``'s titles, axis labels and suptitle to the figure's width; returns ``fig``.
+
+    A title written as one line for a wide figure becomes two or three lines in a narrow one,
+    instead of making the figure wider than FIGURE_WIDTH (and so smaller on a phone).
+    """
+    width = fig.get_figwidth()
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label]
+    for t in texts:
+        if t.get_text():
+            t.set_text("\n".join(wrap(line, width, t.get_fontsize()) if line.strip() else line
+                                 for line in t.get_text().split("\n")))
+    return fig
+
+
+def phone_text_px(fig, phone_width: int = PHONE_WIDTH) -> tuple[float, str]:
+    """The height in CSS px of ``fig``'s smallest text when the figure is shown ``phone_width`` px
+    wide (or at its own width, if narrower), and that text.
+
+    The figure is measured as it is displayed: its tight bounding box (as a notebook and
+    ``show`` save it, with 0.1 inch of padding) at ``fig.dpi`` CSS px per inch.
+    """
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    width_px = (fig.get_tightbbox(renderer).width + 0.2) * fig.dpi
+    scale = min(1.0, phone_width / width_px)
+    texts = [t for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.get_window_extent(renderer).width > 0]
+    if not texts:
+        return float("inf"), ""
+    smallest = min(texts, key=lambda t: t.get_fontsize())
+    return smallest.get_fontsize() * fig.dpi / 72 * scale, smallest.get_text()
 
 
 def use_course_style() -> None:
@@ -58,7 +112,18 @@ def use_course_style() -> None:
     # "retina": the PNG holds 2x the pixels and its metadata asks for the 1x size, which both
     # Jupyter and the site (myst-nb reads the width) honour.
     set_matplotlib_formats("retina")
+    # ...and every figure a cell shows has its titles and labels wrapped to its width first (fit),
+    # so a long title never widens a figure past FIGURE_WIDTH (and shrinks it on a phone).
+    from matplotlib.figure import Figure
+
+    png = get_ipython().display_formatter.formatters["image/png"]
+    draw = png.lookup_by_type(Figure)
+    if not getattr(draw, "_fits_first", False):
+        def fitted(fig, draw=draw):
+            return draw(fit(fig))
+        fitted._fits_first = True
+        png.for_type(Figure, fitted)
 
 
-__all__ = ["COLORS", "PADDING_HATCH", "DISPLAY_DPI", "PIXEL_RATIO", "SMALLEST_FONT", "RC_PARAMS",
-           "use_course_style"]
+__all__ = ["COLORS", "PADDING_HATCH", "DISPLAY_DPI", "PIXEL_RATIO", "SMALLEST_FONT", "PHONE_WIDTH",
+           "PHONE_TEXT_PX", "FIGURE_WIDTH", "RC_PARAMS", "phone_text_px", "use_course_style", "wrap", "fit"]

@@ -97,6 +97,12 @@ class LaunchConfig:
     num_stages: int          # tiles loaded ahead by the software pipeline
     dot_precision: str       # "ieee" (true fp32) or "tf32" (ignored for fp16 and bf16)
 
+    @property
+    def block_q(self) -> int:
+        """``BLOCK_Q``: new tokens per program of the varlen kernel, whose packed tile has ``group_pad``
+        rows, each (token, query head of the group): 16 tokens at group 1, 2 at group 8, 1 past 16."""
+        return self.group_pad // self.group
+
 
 def launch_config(head_dim: int, dtype: torch.dtype, group: int,
                   capability: tuple[int, int] | None) -> LaunchConfig:
@@ -156,6 +162,47 @@ def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
 def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``prefill_kernel``."""
     return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, **_loop_meta(cfg, block_size))
+
+
+VARLEN_FP32_WIDE_WARPS = 4   # the varlen kernel's warps for fp32 at head_dim 256 (see varlen_meta)
+VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens
+
+
+def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
+    """Constexprs and options of ``varlen_kernel``: the packed tile is ``group_pad`` rows of
+    ``block_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
+    meta = dict(GROUP=cfg.group, BLOCK_M=cfg.group_pad, BLOCK_Q=cfg.block_q, SPLIT_Q=VARLEN_SPLIT_Q,
+                **_loop_meta(cfg, block_size))
+    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256:
+        # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
+        # on sm_75 and sm_80 (group 1, ``bench kernels --resources``); 4 warps hold it in about 160
+        # registers with no spill
+        meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
+    return meta
+
+
+def varlen_merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
+    """Constexprs and options of ``varlen_merge_kernel``."""
+    return dict(SPLIT_Q=VARLEN_SPLIT_Q, SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=cfg.head_dim,
+                HEAD_DIM_PAD=cfg.head_dim_pad, num_warps=COPY_WARPS, num_stages=1)
+
+
+def varlen_grid(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig,
+                num_splits: int) -> tuple[int, int, int]:
+    """The varlen kernel's grid from shapes alone: an upper bound on the (tokens x group) tiles of
+    every sequence, ``total_q // block_q + num_seqs``, per KV head, per split. Sequence ``s``'s
+    tiles are numbered from ``query_start_loc[s] // block_q + s``; programs past a sequence's last
+    tile exit at once, so no chunk length is read back to the host."""
+    return (total_q // cfg.block_q + num_seqs, num_kv_heads, num_splits)
+
+
+def varlen_num_splits(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig, max_seq_len: int,
+                      sms: int) -> int:
+    """``num_splits=None`` for the varlen kernel: ``choose_num_splits`` with the grid's tiles as the
+    programs (shapes only). It depends on the batch, so a sequence's output may differ in its last
+    bits from one batch to the next; pass a fixed ``num_splits`` for batch-invariant results."""
+    tiles = total_q // cfg.block_q + num_seqs
+    return choose_num_splits(tiles, num_kv_heads, max_seq_len, sms)
 
 
 def merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:

@@ -1,0 +1,100 @@
+"""Show a table of results as a table: HTML in a notebook and on the site, aligned text elsewhere.
+
+A printed table of aligned columns breaks apart when a phone wraps its lines. ``show_table`` shows
+the same rows as an HTML ``<table>`` (which the site styles with its theme and lets scroll inside its
+own box) and keeps an aligned plain-text version for terminals, scripts and nbval::
+
+    from pagedlib.plots import show_table
+    show_table([["gpt2", 12, 36], ["llama-2-7b", 32, 512]], ["model", "layers", "KiB/token"])
+
+Cells are shown as given: a string as is, an int with thousands separators, a float with
+``floatfmt`` (or pass strings you formatted yourself). Numbers are right-aligned, text left-aligned.
+"""
+from __future__ import annotations
+
+import html
+import numbers
+from collections.abc import Sequence
+
+__all__ = ["TableView", "show_table"]
+
+
+def _cell(value, floatfmt: str) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return f"{value:,}"
+    if isinstance(value, numbers.Real):
+        return format(value, floatfmt)
+    return str(value)
+
+
+NOT_A_NUMBER = {"none", "-", "n/a", "nan", "inf"}   # placeholders in a column of numbers
+
+
+def _numeric(text: str) -> bool:
+    """A cell that reads as a number (12, 1,024, -2.4%, ~1.0, 0.036 s, 2.1x): right-aligned."""
+    head = text.strip().split(" ")[0].rstrip("%x").lstrip("~$")
+    if head.lower() in NOT_A_NUMBER:
+        return True
+    return bool(head) and head.lstrip("+-").replace(",", "").replace(".", "", 1).isdigit()
+
+
+class TableView:
+    """Rows under headers, displayed as an HTML table and as aligned text (``repr``)."""
+
+    def __init__(self, rows: Sequence[Sequence], headers: Sequence[str], *, caption: str = "",
+                 floatfmt: str = ".2f"):
+        self.headers = [str(h) for h in headers]
+        self.rows = [[_cell(v, floatfmt) for v in row] for row in rows]
+        for i, row in enumerate(self.rows):
+            if len(row) != len(self.headers):
+                raise ValueError(f"row {i} has {len(row)} cells but there are {len(self.headers)} "
+                                 f"headers ({self.headers}); give every row one cell per header")
+        self.caption = " ".join(caption.split())
+        columns = list(zip(*self.rows)) if self.rows else [()] * len(self.headers)
+        # a column is numeric when every non-empty cell in it is a number or a placeholder ("none")
+        self.numeric = [any(_numeric(c) and c.strip().lower() not in NOT_A_NUMBER for c in col)
+                        and all(_numeric(c) for c in col if c.strip()) for col in columns]
+
+    def _repr_html_(self) -> str:
+        def row_html(cells, tag):
+            return "<tr>" + "".join(
+                f'<{tag}{" class=num" if num else ""}>{html.escape(c)}</{tag}>'
+                for c, num in zip(cells, self.numeric)) + "</tr>"
+        caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        body = "".join(row_html(r, "td") for r in self.rows)
+        return (f'<div class="pagedlib-table"><table>{caption}<thead>{row_html(self.headers, "th")}'
+                f"</thead><tbody>{body}</tbody></table></div>")
+
+    def text(self) -> str:
+        """The table as aligned text: one line per row, columns two spaces apart."""
+        widths = [max([len(h), *(len(r[j]) for r in self.rows)]) for j, h in enumerate(self.headers)]
+
+        def line(cells):
+            return "  ".join(c.rjust(w) if num else c.ljust(w)
+                             for c, w, num in zip(cells, widths, self.numeric)).rstrip()
+        lines = [line(self.headers), *(line(r) for r in self.rows)]
+        return "\n".join(lines + ([self.caption] if self.caption else []))
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def show_table(rows: Sequence[Sequence], headers: Sequence[str], *, caption: str = "",
+               floatfmt: str = ".2f") -> None:
+    """Display ``rows`` under ``headers`` as a table (HTML in a notebook, aligned text in a script).
+
+    ``caption`` is a sentence shown under the table (what its columns mean). Returns None, so a
+    last-line call is not shown twice.
+    """
+    view = TableView(rows, headers, caption=caption, floatfmt=floatfmt)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(view)
+    else:
+        print(view.text())

@@ -1,0 +1,41 @@
+"""show_table: results as an HTML table on the site and in Jupyter, aligned text in a terminal."""
+import pytest
+
+from pagedlib.plots import TableView, show_table
+
+ROWS = [["gpt2", 12, 36], ["llama-2-7b", 32, 512], ["opt-13b", 40, 800.5]]
+HEADERS = ["model", "layers", "KiB/token"]
+
+
+def test_html_is_a_table_with_a_header_row_numbers_right_aligned_and_escaped():
+    page = TableView(ROWS + [["<b>", 1, 2]], HEADERS, caption="What <each> column is.")._repr_html_()
+    assert page.startswith('<div class="pagedlib-table"><table>') and page.count("<tr>") == 5
+    assert "<th>model</th><th class=num>layers</th>" in page
+    assert "<td>llama-2-7b</td><td class=num>32</td><td class=num>512</td>" in page
+    assert "<td>&lt;b&gt;</td>" in page and "<caption>What &lt;each&gt; column is.</caption>" in page
+
+
+def test_text_is_aligned_columns_for_a_terminal():
+    text = TableView(ROWS, HEADERS, floatfmt=".1f").text().splitlines()
+    assert text == ["model       layers  KiB/token",
+                    "gpt2            12         36",
+                    "llama-2-7b      32        512",
+                    "opt-13b         40      800.5"]
+    assert TableView([["r1", "1,900", "92.8%"]], ["request", "length", "used"]).text() == \
+        "request  length   used\nr1        1,900  92.8%"
+
+
+def test_a_row_of_the_wrong_length_says_which():
+    with pytest.raises(ValueError, match="row 1 has 2 cells but there are 3 headers"):
+        TableView([["a", 1, 2], ["b", 1]], HEADERS)
+
+
+def test_show_table_prints_text_outside_a_notebook(capsys):
+    assert show_table(ROWS[:1], HEADERS) is None
+    assert capsys.readouterr().out == "model  layers  KiB/token\ngpt2       12         36\n"
+
+
+def test_placeholders_and_approximate_values_stay_in_a_numeric_column():
+    view = TableView([["none", "~1.0", "n/a"], ["16", "2.5", "n/a"]], ["budget", "paper", "x"])
+    assert view.numeric == [True, True, False]
+    assert view.text().splitlines() == ["budget  paper  x", "  none   ~1.0  n/a", "    16    2.5  n/a"]
