@@ -51,14 +51,15 @@ def test_budget_latencies_one_bar_per_budget():
 
 def _policy_rows():
     return [{"admission": a, "tokens_per_s": t, "preemptions": p, "peak_blocks": b, "ttft_p99_s": 2.0,
+             "resumed_hit_tokens": 16 * p,
              "itl_p99_s": 0.04, "ttft_p50_s": 1.0, "ttft_p90_s": 1.5, "itl_p50_s": 0.03, "itl_p90_s": 0.035}
             for a, t, p, b in (("on_demand", 136, 106, 40), ("guaranteed", 80, 0, 36), ("estimated", 106, 4, 40))]
 
 
-def test_admission_policies_draws_five_panels_of_three_bars():
+def test_admission_policies_draws_six_panels_of_three_bars():
     from pagedlib.plots.engine import admission_policies
     fig = admission_policies(_policy_rows(), num_blocks=40)
-    assert len(fig.axes) == 5 and all(len(ax.patches) == 3 for ax in fig.axes)
+    assert len(fig.axes) == 6 and all(len(ax.patches) == 3 for ax in fig.axes)
     assert [p.get_height() for p in fig.axes[1].patches] == [106, 0, 4]
     assert fig.axes[2].lines[0].get_ydata()[0] == 40
     with pytest.raises(ValueError, match="rows must each have 'tokens_per_s'"):
