@@ -6,7 +6,7 @@ import torch
 from pagedlib import BlockManager, SamplingParams
 from pagedlib.engine.batch import build_batch
 from pagedlib.engine.batch import PagedBatch
-from pagedlib.engine.scheduler import Sequence
+from pagedlib.engine.scheduler import SeqState
 
 
 def chapter10_mixed_step() -> tuple[PagedBatch, BlockManager]:
@@ -16,8 +16,8 @@ def chapter10_mixed_step() -> tuple[PagedBatch, BlockManager]:
     manager.allocate("X", list(range(8)))              # X frees blocks 0 and 1 when it finishes
     manager.allocate("A", list(range(6)))
     manager.free("X")
-    a = Sequence(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[7])
-    b = Sequence(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
+    a = SeqState(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[7])
+    b = SeqState(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
     manager.append("A", 7)
     manager.allocate("B", b.prompt, commit=False)
     a.num_computed_tokens, b.num_computed_tokens = 7, 5

@@ -9,10 +9,10 @@ from pagedlib.memory.block_manager import BlockManager, OutOfBlocks
 
 
 def state(bm: BlockManager):
-    """Everything observable (and the free lists), to prove a refused operation changed nothing."""
-    return ({s: (bm.block_table(s), bm.token_ids(s)) for s in bm.seq_ids},
-            [bm.ref_count(b) for b in range(bm.num_blocks)], bm.num_free_blocks, bm.stats(),
-            list(bm._fresh), list(bm._cached_free), dict(bm._cache))
+    """Everything observable through the public API, to prove a refused operation changed nothing."""
+    return ({s: (bm.block_table(s), bm.num_tokens(s)) for s in bm.seq_ids},
+            [(bm.ref_count(b), bm.is_cached(b)) for b in range(bm.num_blocks)], bm.num_free_blocks,
+            bm.stats())
 
 
 # ---- basics ------------------------------------------------------------------------------------
@@ -116,13 +116,15 @@ def test_id_errors(caching):
 
 
 def test_bad_token_ids_with_caching_change_nothing():
-    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm = BlockManager(8, 2, enable_prefix_caching=True, prefix_caching_hash="blake2")
     bm.allocate("a", [1])
     before = state(bm)
     with pytest.raises(ValueError, match="token ids"):
         bm.allocate("b", [1, "x", 3])
+    bm.append("a", 2)
+    before = state(bm)
     with pytest.raises(ValueError, match="token ids"):
-        bm.append("a", 2 ** 70)
+        bm.commit("a", 2, [1, 2 ** 70])
     assert state(bm) == before
 
 
@@ -205,9 +207,9 @@ def test_blocks_filled_by_append_enter_the_cache():
     for t in (2, 3, 4):
         bm.append("a", t)
     assert bm.num_cached_blocks == 0           # slots only: their K/V is not written yet
-    bm.commit("a", 3)
+    bm.commit("a", 3, [1, 2, 3])
     assert bm.num_cached_blocks == 1
-    bm.commit("a", 4)
+    bm.commit("a", 4, [1, 2, 3, 4])
     assert bm.num_cached_blocks == 2
     assert bm.allocate("b", [1, 2, 3, 4, 5]) == 4
     assert bm.block_table("b")[:2] == bm.block_table("a")
@@ -215,7 +217,7 @@ def test_blocks_filled_by_append_enter_the_cache():
 
 def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
     monkeypatch.setattr(bm_module, "block_hash", lambda parent, tokens: b"same")
-    bm = BlockManager(8, 2, enable_prefix_caching=True)
+    bm = BlockManager(8, 2, enable_prefix_caching=True, prefix_caching_hash="blake2")
     bm.allocate("a", [1, 2, 3])
     assert bm.allocate("b", [5, 6, 3]) == 0    # same name, other tokens: a miss
     assert bm.allocate("c", [1, 2, 3]) == 2
@@ -300,7 +302,7 @@ class ShadowKV(RuleBasedStateMachine):
             self.kv[dst * self.bs:(dst + 1) * self.bs] = self.kv[src * self.bs:(src + 1) * self.bs]
         self.seqs[sid].append(token)
         self.write(sid, len(self.seqs[sid]) - 1)
-        self.bm.commit(sid, len(self.seqs[sid]))   # written: a block it completes may now be hit
+        self.bm.commit(sid, len(self.seqs[sid]), self.seqs[sid])   # written: a block it completes may now be hit
 
     @rule(data=st.data())
     def fork(self, data):
@@ -401,15 +403,29 @@ def test_memory_benchmark_runs_and_prints_the_reproduce_command(capsys):
     assert "reproduce: python -m pagedlib.bench memory --pools 256,4096" in out
 
 
+def test_the_comparison_with_nano_vllm_skips_with_a_message_without_its_checkout(capsys, tmp_path):
+    from pagedlib.bench.__main__ import main
+    assert main(["memory", "--against", "nano-vllm", str(tmp_path)]) == 0
+    assert "skipped the comparison with nano-vllm: no nanovllm/engine/block_manager.py" in capsys.readouterr().out
+
+
+def test_the_serving_trace_runs_on_pagedlib_alone():
+    from pagedlib.bench.serving_trace import make_trace, pool_size, run_pagedlib
+    prompts, events = make_trace(num_requests=40, running=8)
+    assert {e[0] for e in events} == {"admit", "decode", "free"}
+    assert sum(e[0] == "admit" for e in events) == sum(e[0] == "free" for e in events) == 40
+    assert run_pagedlib(prompts, events, pool_size(prompts, 16, running=8), 16) > 0
+
+
 # ---- commit: only blocks whose K/V exists can be hit ---------------------------------------------
 def test_blocks_are_hit_only_once_committed():
     bm = BlockManager(16, 4, enable_prefix_caching=True)
     bm.allocate("a", range(9), commit=False)   # slots only: a chunked prefill commits as it goes
     assert bm.allocate("b", range(9), commit=False) == 0 and bm.num_cached_blocks == 0
-    bm.commit("a", 5)                          # a chunk of 5 tokens computed: block 0 is full
+    bm.commit("a", 5, range(9))                          # a chunk of 5 tokens computed: block 0 is full
     assert bm.num_cached_blocks == 1 and bm.allocate("c", range(9), commit=False) == 4
-    bm.commit("a", 5)                          # committing again changes nothing
-    bm.commit("a", 9)
+    bm.commit("a", 5, range(9))                          # committing again changes nothing
+    bm.commit("a", 9, range(9))
     assert bm.num_cached_blocks == 2 and bm.allocate("d", range(9)) == 8
 
 
@@ -417,7 +433,7 @@ def test_commit_checks_its_range_and_is_a_no_op_without_caching():
     bm = BlockManager(8, 2, enable_prefix_caching=True)
     bm.allocate("a", [1, 2, 3], commit=False)
     with pytest.raises(ValueError, match=r"num_tokens must be in \[0, 3\]"):
-        bm.commit("a", 4)
+        bm.commit("a", 4, [1, 2, 3, 4])
     with pytest.raises(KeyError, match="commit"):
         bm.commit("zz", 1)
     plain = BlockManager(8, 2)
@@ -431,7 +447,7 @@ def test_a_fork_inherits_what_its_parent_committed():
     bm.allocate("p", [1, 2, 3])                # commits its full block 0
     bm.fork("p", "c")
     bm.append("c", 4)                          # copy-on-write of block 1, then it fills
-    bm.commit("c", 4)
+    bm.commit("c", 4, [1, 2, 3, 4])
     assert bm.num_cached_blocks == 2
     assert bm.allocate("x", [1, 2, 3, 4, 5]) == 4 and bm.block_table("x")[:2] == bm.block_table("c")
 
@@ -441,3 +457,80 @@ def test_sizes_must_be_positive_integers(name, value):
     kwargs = {"num_blocks": 4, "block_size": 4, name: value}
     with pytest.raises(ValueError, match=f"{name} must be a positive integer; got {value!r}"):
         BlockManager(**kwargs)
+
+
+# ---- what a prefix-cache hit must match (issue 24, finding 4) ------------------------------------
+def parent_blind(parent, tokens):
+    """A name that forgets the prefix: every block with the same tokens collides."""
+    return bytes(str(tuple(tokens)), "ascii")
+
+
+BLAKE2 = {"prefix_caching_hash": "blake2"} if hasattr(bm_module, "HASHES") else {}   # the old code had only it
+
+
+def test_a_colliding_name_cannot_hand_out_a_block_computed_after_another_prefix(monkeypatch):
+    """Failed on the old code (it checked only the block's own tokens): P got S's second block."""
+    monkeypatch.setattr(bm_module, "block_hash", parent_blind)
+    bm = BlockManager(16, 4, enable_prefix_caching=True, **BLAKE2)
+    bm.allocate("Q", [1, 2, 3, 4, 0])                              # caches the block [1, 2, 3, 4]
+    bm.allocate("S", [9, 9, 9, 9, 5, 6, 7, 8, 0])                  # [5, 6, 7, 8] after another prefix
+    s_second = bm.block_table("S")[1]
+    assert bm.allocate("P", [1, 2, 3, 4, 5, 6, 7, 8, 1]) == 4     # Q's block; not S's second one
+    assert bm.block_table("P")[0] == bm.block_table("Q")[0] and s_second not in bm.block_table("P")
+    assert bm.allocate("S2", [9, 9, 9, 9, 5, 6, 7, 8, 3]) == 8    # the genuine prefix still hits
+
+
+@pytest.mark.parametrize("algo", ["builtin", "sha256", "blake2"])
+def test_every_hash_finds_the_same_hits(algo):
+    bm = BlockManager(16, 2, enable_prefix_caching=True, prefix_caching_hash=algo)
+    bm.allocate("a", [1, 2, 3, 4, 5])
+    assert bm.allocate("b", [9, 9, 3, 4, 5]) == 0 and bm.allocate("c", [1, 2, 3, 9, 5]) == 2
+    assert bm.allocate("d", [1, 2, 3, 4, 7]) == 4
+
+
+def test_an_unknown_hash_is_refused():
+    with pytest.raises(ValueError, match="prefix_caching_hash must be one of"):
+        BlockManager(4, 2, enable_prefix_caching=True, prefix_caching_hash="md5")
+
+
+def test_a_cache_salt_keeps_tenants_apart():
+    bm = BlockManager(16, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4, 5], cache_salt="tenant-1")
+    assert bm.allocate("b", [1, 2, 3, 4, 5], cache_salt="tenant-2") == 0
+    assert bm.allocate("c", [1, 2, 3, 4, 5]) == 0                  # no salt is a tenant of its own
+    assert bm.allocate("d", [1, 2, 3, 4, 5], cache_salt="tenant-1") == 4
+    assert bm.num_cached_tokens([1, 2, 3, 4, 5], cache_salt="tenant-1") == 4
+
+
+def test_the_null_block_is_never_handed_out():
+    bm = BlockManager(4, 2, null_block=True)
+    assert bm.num_free_blocks == 3 and bm.num_usable_blocks == 3
+    bm.allocate("a", range(6))
+    assert 0 not in bm.block_table("a") and bm.num_free_blocks == 0 and bm.num_used_blocks == 3
+    with pytest.raises(OutOfBlocks):
+        bm.append("a")
+    bm.free("a")
+    assert bm.num_free_blocks == 3 and bm.ref_count(0) == 0
+
+
+def test_allocate_can_take_blocks_for_a_first_chunk_only_and_grow_later():
+    bm = BlockManager(20, 16)
+    bm.allocate("a", [0] * 200, commit=False, num_new_tokens=63)   # vLLM's allocate_slots for a chunk
+    assert len(bm.block_table("a")) == 4 and bm.num_tokens("a") == 63
+    assert bm.blocks_for("a", 127) == 4 and bm.allocate_slots("a", 127) == []
+    assert len(bm.block_table("a")) == 8 and bm.num_tokens("a") == 127
+    before = state(bm)
+    with pytest.raises(OutOfBlocks, match="needs 15 free blocks but only 12"):
+        bm.allocate_slots("a", 360)
+    assert state(bm) == before
+
+
+def test_uncommit_drops_what_a_failed_step_registered():
+    bm = BlockManager(16, 2, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4, 5], commit=False)
+    bm.commit("a", 2, [1, 2, 3, 4, 5])                             # written in an earlier step
+    bm.commit("a", 5, [1, 2, 3, 4, 5])                             # this step's, never written
+    bm.uncommit("a", 2)
+    assert bm.num_cached_tokens([1, 2, 3, 4, 9]) == 2
+    bm.commit("a", 5, [1, 2, 3, 4, 5])                             # the retry registers them again
+    assert bm.num_cached_tokens([1, 2, 3, 4, 9]) == 4

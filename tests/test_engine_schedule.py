@@ -140,7 +140,9 @@ def checked_every_step(budget, max_num_seqs):
         sched, bm, last = llm.scheduler, llm.block_manager, llm.metrics["history"][-1]
         assert len(sched.running) <= max_num_seqs and sched.num_seats <= max_num_seqs
         assert sched.num_seats == sum(s.num_samples for s in sched.running)
-        assert bm.num_used_blocks <= bm.num_blocks
+        assert bm.num_used_blocks <= llm.num_blocks and bm.ref_count(0) == 0   # the null block stays unowned
+        if sched.admission == "guaranteed":
+            assert bm.num_used_blocks <= sched.reserved_blocks <= llm.num_blocks
         assert last["prefill_tokens"] + last["decode_tokens"] <= (budget or float("inf"))
         assert all(0 <= s.num_computed_tokens <= len(s) for s in sched.running)
     return check
@@ -237,24 +239,66 @@ def test_greedy_samples_share_seats_and_match_transformers(budget):
 
 
 # ---- a failing step, bad arguments ---------------------------------------------------------------
-def test_a_step_that_raises_leaves_the_engine_refusing_work(monkeypatch):
+@pytest.mark.parametrize("error", [RuntimeError("CUDA out of memory (simulated)"), KeyboardInterrupt()])
+@pytest.mark.parametrize("failing_step", [0, 1, 3])
+def test_a_step_that_raises_is_undone_and_the_engine_goes_on(monkeypatch, error, failing_step):
+    """Failed on the old code (the engine refused all further work after any failed step). A model
+    error or a Ctrl-C in the middle of a step: the step is undone before the exception propagates, the
+    next step() goes on, and every output is still transformers'. Prefix caching is on, and the second
+    request shares the first's prompt, so a block registered by the failed step would be hit if it were
+    not dropped."""
+    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_batched_tokens=5, enable_prefix_caching=True)
+    prompt = tokens(10, seed=1)
+    first = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
+    for _ in range(failing_step):
+        llm.step()
+    second = llm.add_request(prompt[:9] + [3], SamplingParams(max_new_tokens=4))
+    forward = GPT2.__call__
+
+    def broken(self, batch, kv_cache):
+        raise error
+    monkeypatch.setattr(GPT2, "__call__", broken)
+    with pytest.raises(type(error)):
+        llm.step()
+    monkeypatch.setattr(GPT2, "__call__", forward)
+    assert all(s.num_computed_tokens == 0 for s in llm.scheduler.waiting) and not llm.scheduler.running
+    while llm.scheduler.has_unfinished():
+        llm.step()
+    assert llm.pop_result(first) == reference(tuple(prompt), 4)
+    assert llm.pop_result(second) == reference(tuple(prompt[:9] + [3]), 4)
+    assert llm.block_manager.num_used_blocks == 0
+
+
+def test_a_failure_that_cannot_be_undone_is_engine_failed(monkeypatch):
     from pagedlib.engine.llm import EngineFailed
     llm = LLM(paged_model(), num_blocks=16, block_size=4)
     llm.add_request(tokens(6, seed=1), SamplingParams(max_new_tokens=4))
-    llm.step()
 
-    def broken(batch, kv_cache):
+    def broken(self, batch, kv_cache):
         raise RuntimeError("CUDA out of memory (simulated)")
-    monkeypatch.setattr(GPT2, "__call__", lambda self, batch, kv: broken(batch, kv))
-    with pytest.raises(RuntimeError, match="simulated"):
+    monkeypatch.setattr(GPT2, "__call__", broken)
+    monkeypatch.setattr(llm.scheduler, "undo", lambda plan: 1 / 0)
+    with pytest.raises(EngineFailed, match="undoing it failed too"):
         llm.step()
     monkeypatch.undo()
     for attempt in (llm.step, lambda: llm.add_request([1, 2]), lambda: llm.generate([[1, 2]], use_tqdm=False)):
-        with pytest.raises(EngineFailed, match="an earlier step\\(\\) failed with RuntimeError: CUDA out of memory"):
+        with pytest.raises(EngineFailed, match="undoing a failed step"):
             attempt()
-    # a new engine on the same model works
-    fresh = LLM(paged_model(), num_blocks=16, block_size=4)
-    assert fresh.generate([tokens(6, seed=1)], max_new_tokens=4, use_tqdm=False) == [reference(tuple(tokens(6, 1)), 4)]
+
+
+def test_pop_result_of_an_unfinished_request_is_an_error_and_the_request_goes_on():
+    """Failed on the old code (it returned the partial output and the next step died with a KeyError)."""
+    llm = LLM(paged_model(), num_blocks=16, block_size=4)
+    prompt = tokens(6, seed=1)
+    request = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
+    llm.step()
+    with pytest.raises(ValueError, match="has not finished yet"):
+        llm.pop_result(request)
+    while llm.scheduler.has_unfinished():
+        llm.step()
+    assert llm.pop_result(request) == reference(tuple(prompt), 4)
+    with pytest.raises(KeyError, match="no such request"):
+        llm.pop_result(request)
 
 
 @pytest.mark.parametrize("name, value", [("max_num_seqs", True), ("max_num_seqs", 0), ("num_blocks", True),
@@ -303,12 +347,15 @@ request_strategy = st.tuples(st.integers(1, 24), st.booleans(), st.integers(1, 8
 @given(requests=st.lists(request_strategy, min_size=1, max_size=6),
        budget=st.sampled_from([1, 2, 3, 5, 8, None]), num_blocks=st.integers(8, 30),
        block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(2, 5), prefix=st.booleans(),
-       reserve=st.booleans())
+       reserve=st.booleans(), scheduling=st.sampled_from(["vllm", "decode_first"]),
+       admission=st.sampled_from(["on_demand", "guaranteed", "estimated"]), threshold=st.sampled_from([0, 0, 3]))
 def test_random_workloads_keep_the_invariants_and_match_transformers(requests, budget, num_blocks, block_size,
-                                                                     max_num_seqs, prefix, reserve):
-    """Random prompts (sharing prefixes), lengths, n, arrival steps, budgets and cache sizes, on the
-    paged engine or reserve-max: every step keeps running <= max_num_seqs, blocks used (and reserved)
-    <= num_blocks, the token budget, never frees a block twice; every greedy output is transformers'."""
+                                                                     max_num_seqs, prefix, reserve, scheduling,
+                                                                     admission, threshold):
+    """Random prompts (sharing prefixes), lengths, n, arrival steps, budgets, cache sizes, scheduling
+    orders and admission policies, on the paged engine or reserve-max: every step keeps running <=
+    max_num_seqs, blocks used (and reserved) <= num_blocks, the token budget, never frees a block
+    twice; every greedy output is transformers'."""
     if reserve:
         llm = ReserveMaxLLM(paged_model(), num_blocks, block_size, max_num_seqs, max_len=32,
                             max_num_batched_tokens=budget)
@@ -316,7 +363,8 @@ def test_random_workloads_keep_the_invariants_and_match_transformers(requests, b
             return
     else:
         llm = LLM(paged_model(), num_blocks, block_size, max_num_seqs, enable_prefix_caching=prefix,
-                  max_num_batched_tokens=budget)
+                  max_num_batched_tokens=budget, scheduling=scheduling, admission=admission,
+                  long_prefill_token_threshold=threshold)
     bm = llm.block_manager
     release = bm._release
 
@@ -344,8 +392,8 @@ def test_random_workloads_keep_the_invariants_and_match_transformers(requests, b
         ref = greedy_reference(tuple(prompt))[:params.max_new_tokens]
         assert out == ([ref] * params.n if params.n > 1 else ref)
     assert bm.num_used_blocks == 0 and not llm.scheduler.has_unfinished()
-    if reserve:
-        assert llm.metrics["preemptions"] == 0      # reservations hold: reserve-max never preempts
+    if reserve or admission == "guaranteed":
+        assert llm.metrics["preemptions"] == 0      # reservations hold: they never preempt
 
 
 def test_reserve_max_refuses_a_request_whose_n_reservations_never_fit():
@@ -393,3 +441,52 @@ def test_a_request_no_policy_would_ever_admit_is_an_error_not_a_hang():
     llm.scheduler.can_admit = lambda seq: False                   # a broken admission rule
     with pytest.raises(RuntimeError, match="request 0 cannot be admitted even into an empty cache"):
         llm.generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)
+
+
+# ---- resumed prefixes, tenants, latency as engines report it ---------------------------------------------
+def test_a_preempted_request_resumes_on_its_cached_blocks_and_the_saving_is_counted():
+    prompts = [tokens(12, seed=s) for s in range(3)]
+    llm = LLM(paged_model(), num_blocks=10, block_size=4, enable_prefix_caching=True)
+    outs = llm.generate(prompts, max_new_tokens=12, use_tqdm=False)
+    assert outs == [reference(tuple(p), 12) for p in prompts]
+    m = llm.metrics
+    assert m["preemptions"] > 0 and m["resumed_hit_tokens"] > 0
+    assert m["resumed_hit_tokens"] <= m["prefix_hit_tokens"] and m["resumed_hit_tokens"] % 4 == 0
+    plain = LLM(paged_model(), num_blocks=10, block_size=4)
+    assert plain.generate(prompts, max_new_tokens=12, use_tqdm=False) == outs
+    assert plain.metrics["resumed_hit_tokens"] == 0
+    assert m["prompt_tokens_computed"] + m["resumed_hit_tokens"] <= plain.metrics["prompt_tokens_computed"]
+
+
+def test_a_cache_salt_keeps_requests_from_sharing_blocks():
+    prompt = tokens(13, seed=4)
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, enable_prefix_caching=True)
+    for salt, hits in [("alice", 0), ("bob", 0), ("alice", 12), (None, 0)]:
+        request = llm.add_request(prompt, SamplingParams(max_new_tokens=2), cache_salt=salt)
+        while llm.scheduler.has_unfinished():
+            llm.step()
+        assert llm.pop_result(request) == reference(tuple(prompt), 2)
+        assert llm.metrics["requests"][-1]["num_cached_tokens"] == hits
+
+
+def test_latency_percentiles_and_goodput():
+    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_batched_tokens=8)
+    llm.generate([tokens(10, seed=s) for s in range(4)], max_new_tokens=5, use_tqdm=False)
+    m = llm.metrics
+    requests = m["requests"]
+    assert all(len(r["itl_s"]) == 4 and r["tpot_s"] == pytest.approx(sum(r["itl_s"]) / 4) for r in requests)
+    ttft = sorted(r["ttft_s"] for r in requests)
+    assert ttft[0] <= m["ttft_p50_s"] <= m["ttft_p90_s"] <= m["ttft_p99_s"] <= ttft[-1]
+    assert 0 < m["itl_p50_s"] <= m["itl_p99_s"]
+    assert m.goodput(ttft_slo_s=1e9, tpot_slo_s=1e9) == pytest.approx(4 / m["elapsed_s"])
+    assert m.goodput(ttft_slo_s=0.0, tpot_slo_s=1e9) == 0.0 and m.slo_attainment(1e9, 1e9) == 1.0
+
+
+def test_reset_metrics_changes_nothing_in_the_engine():
+    llm = LLM(paged_model(), num_blocks=10, block_size=4)
+    llm.generate([tokens(12, seed=s) for s in range(3)], max_new_tokens=12, use_tqdm=False)
+    before = (llm.scheduler.num_preemptions, llm.block_manager.hit_tokens)
+    assert before[0] > 0
+    llm.reset_metrics()
+    assert (llm.scheduler.num_preemptions, llm.block_manager.hit_tokens) == before
+    assert llm.metrics["preemptions"] == 0

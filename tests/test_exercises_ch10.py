@@ -3,7 +3,7 @@ import pytest
 
 from pagedlib import BlockManager, SamplingParams, Scheduler
 from pagedlib.exercises import ch10
-from pagedlib.engine.scheduler import Sequence
+from pagedlib.engine.scheduler import SeqState
 
 from engine_scenarios import chapter10_mixed_step
 
@@ -28,7 +28,7 @@ def test_preempted_reference_is_the_schedulers_first_preemption():
     scenario = ch10.PREEMPT_SCENARIO
     scheduler = Scheduler(BlockManager(scenario["num_blocks"], scenario["block_size"]), max_num_seqs=8)
     for i, (name, (prompt, output)) in enumerate(scenario["requests"].items()):
-        scheduler.add(Sequence(seq_id=name, request_id=i, prompt=[0] * prompt,
+        scheduler.add(SeqState(seq_id=name, request_id=i, prompt=[0] * prompt,
                                params=SamplingParams(max_new_tokens=output)))
     _, first = _drive(scheduler, stop_at_preemption=True)
     assert first == ch10.preempted.reference
@@ -39,7 +39,7 @@ def test_num_steps_reference_counts_the_schedulers_steps(case):
     num_requests, output_len, max_num_seqs = case
     scheduler = Scheduler(BlockManager(4096, 16), max_num_seqs=max_num_seqs)
     for i in range(num_requests):
-        scheduler.add(Sequence(seq_id=i, request_id=i, prompt=[0] * (3 + i % 7),
+        scheduler.add(SeqState(seq_id=i, request_id=i, prompt=[0] * (3 + i % 7),
                                params=SamplingParams(max_new_tokens=output_len)))
     steps, _ = _drive(scheduler)
     assert steps == ch10.num_steps.reference(*case)

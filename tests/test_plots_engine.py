@@ -47,3 +47,29 @@ def test_budget_latencies_one_bar_per_budget():
     assert [t.get_text() for t in left.get_xticklabels()] == ["16", "none"]
     with pytest.raises(ValueError, match="max_step_tokens"):
         budget_latencies([{"budget": 16, "steps_to_first": 2.0}])
+
+
+def _policy_rows():
+    return [{"admission": a, "tokens_per_s": t, "preemptions": p, "peak_blocks": b, "ttft_p99_s": 2.0,
+             "resumed_hit_tokens": 16 * p,
+             "itl_p99_s": 0.04, "ttft_p50_s": 1.0, "ttft_p90_s": 1.5, "itl_p50_s": 0.03, "itl_p90_s": 0.035}
+            for a, t, p, b in (("on_demand", 136, 106, 40), ("guaranteed", 80, 0, 36), ("estimated", 106, 4, 40))]
+
+
+def test_admission_policies_draws_six_panels_of_three_bars():
+    from pagedlib.plots.engine import admission_policies
+    fig = admission_policies(_policy_rows(), num_blocks=40)
+    assert len(fig.axes) == 6 and all(len(ax.patches) == 3 for ax in fig.axes)
+    assert [p.get_height() for p in fig.axes[1].patches] == [106, 0, 4]
+    assert fig.axes[2].lines[0].get_ydata()[0] == 40
+    with pytest.raises(ValueError, match="rows must each have 'tokens_per_s'"):
+        admission_policies([{"admission": "x"}], 40)
+
+
+def test_latency_percentiles_groups_p50_p90_p99():
+    from pagedlib.plots.engine import latency_percentiles
+    rows = [dict(r, scheduling=r["admission"]) for r in _policy_rows()[:2]]
+    fig = latency_percentiles(rows)
+    ttft, itl, throughput = fig.axes
+    assert len(ttft.patches) == len(itl.patches) == 6 and len(throughput.patches) == 2
+    assert sorted(p.get_height() for p in itl.patches)[-1] == pytest.approx(40.0)   # ms

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pagedlib.memory.block_manager import BlockManager
-from pagedlib.engine.scheduler import Scheduler, Sequence, Status
+from pagedlib.engine.scheduler import Scheduler, SeqState, Status
 
 
 def seqs(*prompt_lens, first_id=0):
-    return [Sequence(seq_id=first_id + i, request_id=first_id + i, prompt=list(range(1, n + 1)), params=None)
+    return [SeqState(seq_id=first_id + i, request_id=first_id + i, prompt=list(range(1, n + 1)), params=None)
             for i, n in enumerate(prompt_lens)]
 
 
@@ -20,8 +20,8 @@ def run_step(sched, token=7):
     """Schedule and pretend the model produced ``token`` for every scheduled sequence that samples
     (a decode, or the chunk that completes a prompt)."""
     step = sched.schedule()
-    for seq in step.prefills + step.decodes:
-        if not seq.prefilling:
+    for seq in step.seqs:
+        if seq.all_computed:
             seq.output.append(token)
     return step
 
@@ -108,7 +108,7 @@ def test_finish_frees_and_fork_shares():
     parent.num_samples = 2
     sched.add(parent)
     run_step(sched)
-    child = Sequence(seq_id=99, request_id=0, prompt=parent.prompt, params=None, output=[8])
+    child = SeqState(seq_id=99, request_id=0, prompt=parent.prompt, params=None, output=[8])
     sched.fork(parent, child)
     assert bm.block_table(99) == bm.block_table(0) and all(bm.ref_count(b) == 2 for b in bm.block_table(0))
     step = sched.schedule()               # both write token 6 into the shared, partly full block
@@ -133,7 +133,7 @@ def test_max_num_seqs_must_be_positive():
 
 def test_the_budget_takes_decodes_first_then_running_chunks_then_waiting():
     bm = BlockManager(num_blocks=32, block_size=4)
-    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=5)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=5, scheduling="decode_first")
     a, b, c = seqs(3, 9, 4)
     sched.add(a)
     step = run_step(sched)                # a's whole prompt (3) fits; 2 tokens left, nobody waits
@@ -161,19 +161,61 @@ def test_a_budget_smaller_than_the_decodes_serves_the_oldest_first():
     assert step.decodes == [a, b] and step.prefills == [] and list(sched.waiting) == [c]
 
 
-def test_a_decode_preempts_the_newest_even_mid_prefill():
+def test_a_prefill_takes_blocks_chunk_by_chunk_and_can_be_the_one_preempted():
+    """Failed on the old code (it took blocks for the whole prompt at admission, so a prefill was never
+    the sequence that ran out)."""
     bm = BlockManager(num_blocks=5, block_size=2)
-    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=3)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=3, scheduling="decode_first")
     a, b = seqs(2, 5)
     sched.add(a)
-    run_step(sched)                       # a: 2 tokens (block 0), sampled one
+    run_step(sched)                       # a: 2 tokens (one block), sampled one
     sched.add(b)
-    step = run_step(sched)                # a decodes into a new block; b admitted (3 blocks), chunk of 2
-    assert step.prefills == [b] and step.prefill_chunks == [2] and bm.num_free_blocks == 0
-    run_step(sched)                       # a fits its block; b's next chunk
-    step = run_step(sched)                # a needs a block: b (newest, still prefilling) is preempted
+    step = run_step(sched)                # a decodes into a new block; b admitted with blocks for 2 tokens
+    assert step.prefills == [b] and step.prefill_chunks == [2] and bm.num_free_blocks == 2
+    step = run_step(sched)                # a fits its block; b's next chunk takes one more block
+    assert step.prefill_chunks == [2] and bm.num_free_blocks == 1
+    step = run_step(sched)                # a takes the last block; b's last token finds none: b goes
     assert step.preempted == [b] and b.num_computed_tokens == 0 and b.num_preemptions == 1
-    assert list(sched.waiting) == [b] and step.decodes == [a]
+    assert list(sched.waiting) == [b] and step.decodes == [a] and b not in step.seqs
+
+
+def test_a_long_prompt_starts_in_the_blocks_that_are_free():
+    """Issue 24's reproduction: 20 blocks of 16, a running request holding 10, a 200-token prompt, a
+    budget of 64. vLLM v1 takes 4 blocks and prefills 63 tokens; the old code scheduled none of them."""
+    bm = BlockManager(num_blocks=20, block_size=16)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=64)
+    a, b = seqs(150, 200)
+    sched.add(a)
+    for _ in range(3):
+        run_step(sched)                   # a's 150 tokens in chunks of 64, then it decodes
+    assert len(bm.block_table(a.seq_id)) == 10
+    sched.add(b)
+    step = run_step(sched)
+    assert step.seqs == [a, b] and step.num_new_tokens == [1, 63]
+    assert len(bm.block_table(b.seq_id)) == 4 and bm.num_free_blocks == 6
+
+
+@pytest.mark.parametrize("scheduling, order", [("vllm", "ab"), ("decode_first", "ba")])
+def test_vllm_walks_running_in_order_decode_first_puts_decodes_first(scheduling, order):
+    """Failed on the old code (it always put decodes first, and called that vLLM v1's order)."""
+    sched = Scheduler(BlockManager(32, 4), max_num_seqs=8, max_num_batched_tokens=4, scheduling=scheduling,
+                      long_prefill_token_threshold=2)
+    a, b = seqs(10, 2)
+    sched.add(a)
+    sched.add(b)
+    step = run_step(sched)                # a: a chunk of 2 (the threshold), b: its whole prompt, samples
+    assert step.seqs == [a, b] and step.num_new_tokens == [2, 2] and b.output == [7]
+    step = run_step(sched)                # a still prefills (older), b decodes
+    assert step.seqs == {"ab": [a, b], "ba": [b, a]}[order] and step.decodes == [b]
+    assert step.num_new_tokens == {"ab": [2, 1], "ba": [1, 2]}[order]
+
+
+def test_unknown_orders_and_policies_are_refused():
+    for kwargs, match in [(dict(scheduling="fifo"), "scheduling must be one of"),
+                          (dict(admission="greedy"), "admission must be one of"),
+                          (dict(long_prefill_token_threshold=-1), "long_prefill_token_threshold")]:
+        with pytest.raises(ValueError, match=match):
+            Scheduler(BlockManager(4, 4), max_num_seqs=2, **kwargs)
 
 
 def test_seats_are_counted_from_admission_and_forks_take_them():
@@ -185,10 +227,10 @@ def test_seats_are_counted_from_admission_and_forks_take_them():
     run_step(sched)                       # a holds 3 seats before it forks: b (3 more) must wait
     assert sched.running == [a] and sched.num_seats == 3 and list(sched.waiting) == [b]
     for k in (1, 2):
-        sched.fork(a, Sequence(seq_id=100 + k, request_id=0, prompt=a.prompt, params=None, output=[7]))
+        sched.fork(a, SeqState(seq_id=100 + k, request_id=0, prompt=a.prompt, params=None, output=[7]))
     assert len(sched.running) == 3 and sched.num_seats == 3 and a.num_samples == 1
     with pytest.raises(ValueError, match="holds no seat for another sample"):
-        sched.fork(a, Sequence(seq_id=103, request_id=0, prompt=a.prompt, params=None))
+        sched.fork(a, SeqState(seq_id=103, request_id=0, prompt=a.prompt, params=None))
     run_step(sched)
     assert list(sched.waiting) == [b]     # still only 1 seat free
 
@@ -199,48 +241,97 @@ def test_the_budget_must_be_a_positive_integer(value):
         Scheduler(BlockManager(4, 4), max_num_seqs=2, max_num_batched_tokens=value)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+class Params:
+    """The one SamplingParams field the scheduler reads."""
+
+    def __init__(self, max_new_tokens):
+        self.max_new_tokens = max_new_tokens
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(num_blocks=st.integers(3, 10), block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(1, 6),
-       requests=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 10)), min_size=1, max_size=8),
-       prefix=st.booleans(), budget=st.sampled_from([None, None, 1, 2, 3, 5]))
-def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num_seqs, requests, prefix, budget):
-    """Random requests (prompt length, tokens to generate): every step keeps the invariants, and every
-    request finishes with exactly its tokens, however often it is preempted or chunked."""
+       requests=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 10), st.integers(0, 6)), min_size=1, max_size=8),
+       prefix=st.booleans(), budget=st.sampled_from([None, None, 1, 2, 3, 5]),
+       scheduling=st.sampled_from(["vllm", "decode_first"]),
+       admission=st.sampled_from(["on_demand", "guaranteed", "estimated"]),
+       threshold=st.sampled_from([0, 0, 2]))
+def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num_seqs, requests, prefix, budget,
+                                                 scheduling, admission, threshold):
+    """Random requests (prompt length, tokens to generate, the step they arrive in), in both orders and
+    under the three admission policies: every step keeps the invariants, and every request finishes
+    with exactly its tokens, however often it is preempted or chunked."""
     bm = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix)
-    sched = Scheduler(bm, max_num_seqs, max_num_batched_tokens=budget)
-    todo = []
-    for i, (plen, out) in enumerate(requests):
+    sched = Scheduler(bm, max_num_seqs, max_num_batched_tokens=budget, scheduling=scheduling,
+                      admission=admission, long_prefill_token_threshold=threshold)
+    todo, arrivals = [], {}
+    for i, (plen, out, arrive) in enumerate(requests):
         if -(-(plen + out) // block_size) <= num_blocks:   # the engine refuses requests that can never fit
             seq = seqs(plen, first_id=i)[0]
-            seq.want = out
+            seq.params = Params(out)
             todo.append(seq)
+            arrivals.setdefault(arrive, []).append(seq)
+    for t in range(3000):
+        for seq in arrivals.pop(t, []):  # requests arrive between steps
             sched.add(seq)
-    for _ in range(3000):
         if not sched.has_unfinished():
-            break
+            if not arrivals:
+                break
+            continue
         order = list(sched.running)
         step = sched.schedule()
         # preemption takes the newest: the survivors are the oldest, in their order
         assert [s for s in order if s not in step.preempted] == sched.running[:len(order) - len(step.preempted)]
-        assert len(sched.running) <= max_num_seqs
+        assert len(sched.running) <= max_num_seqs and sched.num_seats <= max_num_seqs
         assert not set(map(id, sched.running)) & set(map(id, sched.waiting))
         assert set(step.seqs) <= set(sched.running) and len(set(step.seqs)) == len(step.seqs)
         assert step.num_tokens <= (budget or float("inf")) and step.num_tokens > 0
-        if budget is None:
-            assert set(step.seqs) == set(sched.running) and not any(s.prefilling for s in step.seqs)
-        for seq in sched.running:         # the block manager holds slots for every token to compute
-            held = bm.token_ids(seq.seq_id)
-            assert held == seq.tokens or (seq not in step.seqs and held == seq.tokens[:-1])
-            assert seq.status is Status.RUNNING and seq.num_computed_tokens <= len(held)
-        assert len({b for s in sched.running for b in bm.block_table(s.seq_id)}) == bm.num_used_blocks
+        if threshold:
+            assert all(n <= threshold for n in step.num_new_tokens)
+        if budget is None and not threshold:
+            assert set(step.seqs) == set(sched.running) and all(s.all_computed for s in step.seqs)
+        if admission == "guaranteed":    # promised blocks fit the cache, so nobody is ever preempted
+            assert sched.reserved_blocks <= num_blocks and not step.preempted
+            assert bm.num_used_blocks <= sched.reserved_blocks
+        for seq in sched.running:         # blocks follow the computed tokens: slots for exactly those
+            assert seq.status is Status.RUNNING and bm.num_tokens(seq.seq_id) == seq.num_computed_tokens
+            assert len(bm.block_table(seq.seq_id)) == -(-seq.num_computed_tokens // block_size)
+        held = [b for s in sched.running for b in bm.block_table(s.seq_id)]
+        assert len(set(held)) == bm.num_used_blocks == num_blocks - bm.num_free_blocks   # no double free
         for seq in step.seqs:
-            if seq.prefilling:
+            if not seq.all_computed:
                 continue
             seq.output.append(len(seq) % 5)       # deterministic "sampled" token
-            if len(seq.output) == seq.want:
+            if len(seq.output) == seq.params.max_new_tokens:
                 sched.finish(seq)
     assert not sched.has_unfinished()
     for seq in todo:
-        assert seq.status is Status.FINISHED and len(seq.output) == seq.want
-        assert seq.output == [(len(seq.prompt) + i) % 5 for i in range(seq.want)]
+        want = seq.params.max_new_tokens
+        assert seq.status is Status.FINISHED and len(seq.output) == want
+        assert seq.output == [(len(seq.prompt) + i) % 5 for i in range(want)]
     assert bm.num_used_blocks == 0
+
+
+def test_decode_first_never_preempts_a_decode_it_has_already_scheduled():
+    """A prefill that runs out of blocks after the decodes were scheduled must not pick one of them
+    (newer than it) as the victim: that sequence would be in the batch with its blocks freed."""
+    sched = Scheduler(BlockManager(3, 4), 4, max_num_batched_tokens=5, scheduling="decode_first",
+                      long_prefill_token_threshold=2)
+    arrivals = {2: [(0, 1, 5), (2, 3, 5), (3, 4, 5), (4, 8, 2)], 4: [(1, 5, 3)]}   # step: (id, prompt, output)
+    todo = []
+    for t in range(300):
+        for i, p, o in arrivals.pop(t, []):
+            seq = SeqState(seq_id=i, request_id=i, prompt=list(range(p)), params=Params(o))
+            sched.add(seq)
+            todo.append(seq)
+        if not sched.has_unfinished() and not arrivals:
+            break
+        if not sched.has_unfinished():
+            continue
+        step = sched.schedule()
+        assert set(step.seqs) <= set(sched.running) and not set(step.seqs) & set(step.preempted)
+        for seq in step.seqs:
+            if seq.all_computed:
+                seq.output.append(0)
+                if len(seq.output) == seq.params.max_new_tokens:
+                    sched.finish(seq)
+    assert all(s.status is Status.FINISHED for s in todo)

@@ -1,11 +1,15 @@
 """pagedlib.sim mirrors pagedlib.engine.scheduler: on one small workload, the simulator's step loop in the
 engine's order (``grow_first=True``, no watermark) admits and preempts exactly the requests the real
-scheduler does, step by step; in its default order (the paper's) it differs, as its docstring says."""
+scheduler does, step by step; in its default order (the paper's) it differs, as its docstring says.
+
+The scheduler runs in its default order (``scheduling="vllm"``) with no token budget: every admitted
+prompt is computed whole in its first step, so every running request decodes and vLLM v1's walk over
+``running`` is the decode-first order too (both are checked)."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from pagedlib.memory.block_manager import BlockManager
-from pagedlib.engine.scheduler import Scheduler, Sequence
+from pagedlib.engine.scheduler import Scheduler, SeqState
 from pagedlib.sim.loop import StepLoop
 from pagedlib.sim.paged import PagedPool
 from pagedlib.sim.request import SimRequest
@@ -16,13 +20,13 @@ WORKLOAD = [(10, 6), (3, 12), (6, 9), (5, 4), (12, 5), (2, 7)]
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
 
-def scheduler_log(workload=WORKLOAD, num_blocks=NUM_BLOCKS) -> list[tuple[list, list]]:
+def scheduler_log(workload=WORKLOAD, num_blocks=NUM_BLOCKS, scheduling="vllm") -> list[tuple[list, list]]:
     """(admitted, preempted) request ids of every step of the real scheduler (no model: every
     scheduled sequence "samples" a token)."""
-    sched = Scheduler(BlockManager(num_blocks, BLOCK_SIZE), max_num_seqs=100)
+    sched = Scheduler(BlockManager(num_blocks, BLOCK_SIZE), max_num_seqs=100, scheduling=scheduling)
     want = {}
     for rid, (prompt, output) in enumerate(workload):
-        sched.add(Sequence(seq_id=rid, request_id=rid, prompt=[0] * prompt, params=None))
+        sched.add(SeqState(seq_id=rid, request_id=rid, prompt=[0] * prompt, params=None))
         want[rid] = output
     log = []
     while sched.has_unfinished():
@@ -69,7 +73,7 @@ def sim_log(grow_first: bool, workload=WORKLOAD, num_blocks=NUM_BLOCKS) -> list[
 def test_the_simulator_in_the_engines_order_admits_and_preempts_like_the_scheduler():
     engine = scheduler_log()
     assert sum(len(p) for _, p in engine) >= 2                     # the workload does preempt
-    assert sim_log(grow_first=True) == engine
+    assert sim_log(grow_first=True) == engine == scheduler_log(scheduling="decode_first")
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

@@ -7,8 +7,13 @@ Three measurements, each the best of ``--repeat`` runs:
    O(1) free lists keep the rate flat as the pool grows (a scan of the pool would not).
 2. append: one token at a time onto running sequences (the decode path), tokens per second.
 3. prefix-cache lookup: the cost per full block of naming it (a chained BLAKE2 hash), finding it
-   and checking its tokens, measured with ``can_allocate`` on a cached prompt; and allocate + free
-   of that prompt when every block but the last hits.
+   and checking its tokens and parent, measured with ``can_allocate`` on a cached prompt; and
+   allocate + free of that prompt when every block but the last hits.
+
+``--against nano-vllm PATH`` instead runs the serving trace of :mod:`pagedlib.bench.serving_trace`
+(ShareGPT-like lengths, ten shared system prompts, 64 running, prefix caching on) through pagedlib's
+block manager and nano-vllm's (from its checkout at PATH), alternating, and prints both ops/s and
+their ratio; without the checkout (or its ``xxhash`` dependency) it says so and skips.
 """
 from __future__ import annotations
 
@@ -31,7 +36,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=200, help="allocate-all / free-all rounds per measurement")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--against", nargs=2, metavar=("nano-vllm", "PATH"),
+                   help="compare with nano-vllm's block manager on the serving trace, from its checkout at PATH")
+    p.add_argument("--prefix-caching-hash", default="builtin", choices=("blake2", "sha256", "builtin"),
+                   help="pagedlib's block name on the serving trace")
+    p.add_argument("--requests", type=int, default=600, help="requests in the serving trace")
     return p.parse_args(argv)
+
+
+def against_nano(args: argparse.Namespace, argv: list[str]) -> int:
+    from .serving_trace import compare
+    engine, path = args.against
+    if engine != "nano-vllm":
+        print(f"--against: only nano-vllm is known; got {engine!r}")
+        return 2
+    result = compare(path, repeat=args.repeat, block_size=args.block_size, num_requests=args.requests,
+                     prefix_caching_hash=args.prefix_caching_hash)
+    if isinstance(result, str):
+        print(f"skipped the comparison with nano-vllm: {result}")
+        return 0
+    print(f"serving trace: {args.requests} ShareGPT-like requests, 10 shared system prompts, 64 running, "
+          f"prefix caching on, block_size={args.block_size}, {result['events']:,} operations, "
+          f"{result['num_blocks']:,} blocks; best of {args.repeat}, alternating")
+    print(f"{'pagedlib (' + args.prefix_caching_hash + ')':<28}{result['pagedlib_ops_s']:>14,.0f} ops/s")
+    print(f"{'nano-vllm':<28}{result['nano_ops_s']:>14,.0f} ops/s")
+    print(f"{'ratio pagedlib / nano-vllm':<28}{result['ratio']:>14.2f}x")
+    print(f"\nreproduce: python -m pagedlib.bench memory {shlex.join(argv)}")
+    return 0
 
 
 def best_of(repeat: int, fn) -> float:
@@ -114,6 +145,8 @@ def prefix_costs(args: argparse.Namespace) -> tuple[float, float, int]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.against:
+        return against_nano(args, argv)
     pools = [int(p) for p in args.pools.split(",")]
     print(f"block manager bookkeeping (pure Python), block_size={args.block_size}, "
           f"{args.live} live prompts of {args.prompt_len} tokens, best of {args.repeat}")

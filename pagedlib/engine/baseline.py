@@ -18,25 +18,22 @@ from ..memory.capacity import pages_for
 from .llm import LLM, SamplingParams
 from ..models.layers import PagedModel
 from .metrics import ReservedStepRecord
-from .scheduler import Scheduler, Sequence
+from .scheduler import Scheduler, SeqState
 
 
 class ReserveMaxScheduler(Scheduler):
-    """Admits a request only if ``max_len`` slots (whole blocks) can be reserved for each of its ``n``
+    """The ``guaranteed`` admission policy with every sequence's longest taken as ``max_len``: a
+    request is admitted only if ``max_len`` slots (whole blocks) can be reserved for each of its ``n``
     samples. Every seat the running sequences hold (``num_seats``, counted from admission, before
     any fork) carries one reservation, so the reservations can never exceed the cache."""
 
-    def __init__(self, block_manager, max_num_seqs: int, max_len: int, max_num_batched_tokens: int | None = None):
-        super().__init__(block_manager, max_num_seqs, max_num_batched_tokens)
+    def __init__(self, block_manager, max_num_seqs: int, max_len: int, max_num_batched_tokens: int | None = None,
+                 **kwargs):
+        super().__init__(block_manager, max_num_seqs, max_num_batched_tokens, admission="guaranteed", **kwargs)
         self.blocks_per_seq = pages_for(max_len, block_manager.block_size)
 
-    @property
-    def reserved_blocks(self) -> int:
-        return self.num_seats * self.blocks_per_seq
-
-    def can_admit(self, seq: Sequence) -> bool:
-        need = seq.num_samples * self.blocks_per_seq      # n samples reserve n times: nothing is shared
-        return self.reserved_blocks + need <= self.block_manager.num_blocks
+    def _blocks_at_most(self, seq: SeqState) -> int:
+        return self.blocks_per_seq              # n samples reserve n times: nothing is shared
 
 
 class ReserveMaxLLM(LLM):

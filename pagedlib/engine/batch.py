@@ -4,7 +4,9 @@ Every scheduled sequence brings the tokens it computes in this step, ``[num_comp
 num_computed_tokens)`` (the scheduler has already advanced ``num_computed_tokens``): one token for a
 decode, a chunk for a prefill. They are concatenated in batch order; each token's cache slot comes
 from its sequence's block table, ``slot = table[pos // block_size] * block_size + pos % block_size``,
-computed for the whole batch at once. A decode is a chunk of length 1, so one batch and one forward
+computed for the whole batch at once. Tables shorter than the longest are padded with the block
+manager's null block (block 0, which nobody owns), so a kernel that loads a whole tile of a table
+reads harmless data; ``seq_lens`` masks it. A decode is a chunk of length 1, so one batch and one forward
 pass hold both kinds; when every chunk has length 1 the batch says ``is_decode`` and the model uses
 its decode kernel.
 """
@@ -17,7 +19,7 @@ from typing import Sequence as Seq
 import torch
 
 from ..memory.block_manager import BlockManager
-from .scheduler import Sequence
+from .scheduler import SeqState
 
 __all__ = ["PagedBatch", "build_batch"]
 
@@ -51,17 +53,18 @@ def _longs(values: list[int]) -> torch.Tensor:
     return torch.frombuffer(array("q", values), dtype=torch.long) if values else torch.zeros(0, dtype=torch.long)
 
 
-def build_batch(seqs: Seq[Sequence], num_new_tokens: Seq[int], block_manager: BlockManager,
+def build_batch(seqs: Seq[SeqState], num_new_tokens: Seq[int], block_manager: BlockManager,
                 device: torch.device) -> PagedBatch:
     """The flat batch of ``seqs``, sequence ``i`` bringing its last ``num_new_tokens[i]`` computed tokens."""
     bs, num_seqs = block_manager.block_size, len(seqs)
+    null = block_manager.null_block if block_manager.null_block is not None else 0
     tables = [block_manager.block_table(seq.seq_id) for seq in seqs]
     width = max(len(t) for t in tables)
     ids, flat_tables, lens = [], [], []
     for seq, n, table in zip(seqs, num_new_tokens, tables):
         ids += seq.token_slice(seq.num_computed_tokens - n, seq.num_computed_tokens)
         flat_tables += table
-        flat_tables += [0] * (width - len(table))             # padding: masked by seq_lens (a kernel may still load it)
+        flat_tables += [null] * (width - len(table))          # padding names the null block (masked by seq_lens)
         lens.append(seq.num_computed_tokens)
     new = _longs(list(num_new_tokens))                        # [num_seqs]
     seq_lens = _longs(lens)                                   # [num_seqs], tokens in the cache after this step

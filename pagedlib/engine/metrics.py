@@ -1,16 +1,33 @@
-"""What the engine measured: small typed records, readable like the dicts they replace (chapter 10).
+"""What the engine measured: small typed records, readable like the dicts they replace (chapters 10, 11).
 
 ``llm.metrics`` is an :class:`EngineMetrics`; its ``history`` holds one :class:`StepRecord` per step
 and its ``requests`` one :class:`RequestMetrics` per finished request. Each is a dataclass (typed
 fields, ``llm.metrics.preemptions``) that can also be read by key (``llm.metrics["preemptions"]``,
 ``llm.metrics["history"][i]["prefill_tokens"]``) as the chapters and the figures do.
+
+One owner: a :class:`MetricsRecorder` fills them. It keeps each request's arrival and token times
+(time to first token, TTFT; the gap before each later token, the inter-token latency, ITL), and reads
+the scheduler's and block manager's running counters as differences from where they stood at the
+last reset, so resetting the metrics changes nothing in the engine. Latency is reported as engines
+and benchmarks report it (vLLM's ``benchmark_serving``): percentiles p50 / p90 / p99 of TTFT and ITL,
+and *goodput* under a service-level objective, the finished requests per second that met both a TTFT
+and a TPOT (time per output token) bound (DistServe's definition).
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
-__all__ = ["EngineMetrics", "RequestMetrics", "StepRecord", "ReservedStepRecord"]
+import numpy as np
+
+__all__ = ["EngineMetrics", "RequestMetrics", "StepRecord", "ReservedStepRecord", "MetricsRecorder",
+           "percentile"]
+
+
+def percentile(values, q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values`` (linear interpolation, as numpy); 0.0 if empty."""
+    return float(np.percentile(values, q)) if len(values) else 0.0
 
 
 class _ByKey:
@@ -53,9 +70,10 @@ class ReservedStepRecord(StepRecord):
 @dataclass
 class RequestMetrics(_ByKey):
     """One request's latency and cache use. ``ttft_s``: from its arrival (``add_request``) to its first
-    token; ``tpot_s``: mean time per output token after the first (0.0 for a one-token output); for
-    ``n > 1`` the longest sample counts. ``num_cached_tokens``: prompt tokens its first admission found
-    in the prefix cache; ``num_preemptions``: times any of its samples was preempted."""
+    token; ``itl_s``: the gap before each later token (inter-token latency); ``tpot_s``: their mean
+    (0.0 for a one-token output); for ``n > 1`` a step in which any sample produced a token counts.
+    ``num_cached_tokens``: prompt tokens its first admission found in the prefix cache;
+    ``num_preemptions``: times any of its samples was preempted."""
 
     request_id: int
     prompt_tokens: int
@@ -64,6 +82,7 @@ class RequestMetrics(_ByKey):
     tpot_s: float
     num_cached_tokens: int
     num_preemptions: int
+    itl_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -78,6 +97,7 @@ class EngineMetrics(_ByKey):
     tokens_generated: int = 0         # tokens sampled
     prompt_tokens_computed: int = 0   # prompt tokens run through prefill (recomputed ones included)
     prefix_hit_tokens: int = 0        # prompt tokens found in the prefix cache instead
+    resumed_hit_tokens: int = 0       # of those, found by preempted sequences when they resumed
     peak_blocks_used: int = 0
     peak_running: int = 0
     peak_blocks_saved_by_sharing: int = 0   # logical minus physical blocks (samples sharing a prompt)
@@ -85,6 +105,12 @@ class EngineMetrics(_ByKey):
     tokens_per_s: float = 0.0
     history: list[StepRecord] = field(default_factory=list)
     requests: list[RequestMetrics] = field(default_factory=list)   # finished requests, as popped
+    ttft_p50_s: float = 0.0           # percentiles over the finished requests (TTFT) ...
+    ttft_p90_s: float = 0.0
+    ttft_p99_s: float = 0.0
+    itl_p50_s: float = 0.0            # ... and over all their inter-token gaps (ITL)
+    itl_p90_s: float = 0.0
+    itl_p99_s: float = 0.0
 
     def add_step(self, record: StepRecord, tokens_sampled: int) -> None:
         """Count one step."""
@@ -98,3 +124,85 @@ class EngineMetrics(_ByKey):
         self.elapsed_s += record.seconds
         self.tokens_per_s = self.tokens_generated / self.elapsed_s if self.elapsed_s else 0.0
         self.history.append(record)
+
+    def add_request(self, record: RequestMetrics) -> None:
+        """Count one finished request and update the latency percentiles."""
+        self.requests.append(record)
+        ttft = [r.ttft_s for r in self.requests]
+        itl = [gap for r in self.requests for gap in r.itl_s]
+        self.ttft_p50_s, self.ttft_p90_s, self.ttft_p99_s = (percentile(ttft, q) for q in (50, 90, 99))
+        self.itl_p50_s, self.itl_p90_s, self.itl_p99_s = (percentile(itl, q) for q in (50, 90, 99))
+
+    def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
+        """Finished requests per second of step time that met both bounds: TTFT <= ``ttft_slo_s`` and
+        TPOT <= ``tpot_slo_s`` (DistServe's goodput; vLLM's benchmark ``--goodput``)."""
+        good = sum(1 for r in self.requests if r.ttft_s <= ttft_slo_s and r.tpot_s <= tpot_slo_s)
+        return good / self.elapsed_s if self.elapsed_s else 0.0
+
+    def slo_attainment(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
+        """The share of finished requests that met both bounds."""
+        good = sum(1 for r in self.requests if r.ttft_s <= ttft_slo_s and r.tpot_s <= tpot_slo_s)
+        return good / len(self.requests) if self.requests else 0.0
+
+
+class _RequestLog:
+    """When a request arrived and produced tokens, and its first prefix hit."""
+    __slots__ = ("arrival", "token_times", "num_cached_tokens")
+
+    def __init__(self, arrival: float):
+        self.arrival = arrival
+        self.token_times: list[float] = []
+        self.num_cached_tokens: int | None = None
+
+
+class MetricsRecorder:
+    """The one owner of the engine's measurements: request logs, and :attr:`metrics` since the last
+    :meth:`reset`. It reads the scheduler's and block manager's cumulative counters (preemptions,
+    prefix hits) and reports their growth since the reset; it never writes into them."""
+
+    def __init__(self, scheduler, block_manager, num_blocks: int, block_size: int,
+                 max_num_batched_tokens: int | None):
+        self.scheduler, self.block_manager = scheduler, block_manager
+        self._config = dict(num_blocks=num_blocks, block_size=block_size,
+                            max_num_batched_tokens=max_num_batched_tokens)
+        self._logs: dict[int, _RequestLog] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.metrics = EngineMetrics(**self._config)
+        self._base = self._counters()
+
+    def _counters(self) -> tuple[int, int, int]:
+        s, bm = self.scheduler, self.block_manager
+        return s.num_preemptions, bm.hit_tokens, s.num_resumed_hit_tokens
+
+    def arrived(self, request_id: int) -> None:
+        self._logs[request_id] = _RequestLog(time.perf_counter())
+
+    def admitted(self, request_id: int, num_cached_tokens: int) -> None:
+        log = self._logs[request_id]
+        if log.num_cached_tokens is None:                # its first admission's prefix hit
+            log.num_cached_tokens = num_cached_tokens
+
+    def produced(self, request_ids, now: float) -> None:
+        """Requests that produced a token (any of their samples) in the step that ended at ``now``."""
+        for request_id in request_ids:
+            self._logs[request_id].token_times.append(now)
+
+    def step(self, record: StepRecord, tokens_sampled: int) -> None:
+        m = self.metrics
+        m.preemptions, m.prefix_hit_tokens, m.resumed_hit_tokens = (
+            now - base for now, base in zip(self._counters(), self._base))
+        m.add_step(record, tokens_sampled)
+
+    def finished(self, request_id: int, prompt_tokens: int, output_tokens: int, num_preemptions: int) -> None:
+        """A request was popped: its latencies join ``metrics.requests`` (if it produced a token)."""
+        log = self._logs.pop(request_id)
+        if not log.token_times:
+            return
+        times = log.token_times
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        self.metrics.add_request(RequestMetrics(
+            request_id=request_id, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+            ttft_s=times[0] - log.arrival, tpot_s=sum(gaps) / len(gaps) if gaps else 0.0,
+            num_cached_tokens=log.num_cached_tokens or 0, num_preemptions=num_preemptions, itl_s=gaps))

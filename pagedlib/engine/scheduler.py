@@ -1,28 +1,46 @@
 """Continuous batching under a token budget: what runs in the next step (chapters 10 and 11).
 
 A serving engine runs in *steps*; each step is **one forward pass** over a flat batch that mixes the
-sequences' new tokens: one token for each decoding sequence, a chunk of prompt for each prefilling
-one (what vLLM v1 and Sarathi-Serve do). Before each step the scheduler fills that batch with at most
-``max_num_batched_tokens`` tokens (the *token budget*; ``None``: no limit), in this order:
+sequences' new tokens: one token for a decoding sequence, a chunk of prompt for a prefilling one.
+Before each step the scheduler fills that batch with at most ``max_num_batched_tokens`` tokens (the
+*token budget*; ``None``: no limit). Each sequence counts its ``num_computed_tokens`` (K/V in the
+cache) and needs ``len(seq) - num_computed_tokens`` more: 1 for a decode, the rest of its prompt for
+a prefill (vLLM v1's rule: there is no prefill phase and no decode phase, only tokens owed).
 
-1. **Decodes first**, oldest running sequence first, one token each: the block manager makes room
-   for the token it sampled last (``append``; a new block every ``block_size`` tokens, a copy-on-write
-   copy if the last block is shared). When no block is free, the **newest** running sequence is
-   *preempted*: its blocks are freed and it goes back to the **front** of the waiting line, to be
-   recomputed later from its prompt plus everything it had generated (nothing is lost).
-2. **Prefill chunks** with what is left of the budget: first the running sequences whose prompt is
-   not fully computed yet, then waiting ones, oldest first. A waiting sequence is admitted while it
-   has a seat (``max_num_seqs``, counting all ``n`` samples of a request from its admission) and the
-   block manager can hold its prompt *now* (on demand, not its maximum length; a cached prefix is
-   reused). Nobody is admitted in a step that had to preempt, and nobody overtakes a request that
-   does not fit (first come, first served). A prompt longer than the budget left is computed in
-   chunks over several steps (*chunked prefill*).
+**Blocks follow the computed tokens.** A sequence scheduled for ``n`` tokens gets blocks for
+``num_computed_tokens + n`` slots, no more (vLLM v1's ``allocate_slots``): a long prompt starts in
+whatever blocks are free and takes more chunk by chunk. When blocks run out, the **newest** running
+sequence (decoding or still prefilling) is *preempted*: its blocks are freed and it goes back to the
+**front** of the waiting line, to be recomputed later from its prompt plus everything it had generated
+(nothing is lost). With prefix caching its full blocks stay in the cache and are hit when it resumes
+(:attr:`Scheduler.num_resumed_hit_tokens` counts the tokens that saves).
 
-Each sequence counts its ``num_computed_tokens`` (K/V in the cache); the scheduler advances it by
-the tokens it schedules, as vLLM v1 does, and commits the blocks they complete to the prefix cache.
-A sequence samples a token only in the step that computes its last prompt token, or in a decode.
-The scheduler only moves sequences between ``waiting`` and ``running`` and talks to the block
-manager; the engine runs the model and samples.
+Two orders (``scheduling``):
+
+- ``"vllm"`` (the default): vLLM v1's. Walk ``running`` in admission order, giving each what it owes
+  (capped by the budget left and by ``long_prefill_token_threshold``, 0: no cap), then admit from
+  ``waiting``.
+- ``"decode_first"``: Sarathi-Serve's stall-free batching. Every running decode first (one token
+  each), then the running prefills' chunks, then admissions.
+
+Admission from ``waiting`` (``admission``), first come, first served: the head of the line is admitted
+while it has a seat (``max_num_seqs``, counting all ``n`` samples of a request from its admission),
+the budget lasts, the policy accepts it and the block manager has blocks for its first chunk (a
+cached prefix is reused). Nobody is admitted in a step that had to preempt, and nobody overtakes a
+request that does not fit. The three policies of production engines:
+
+- ``"on_demand"`` (vLLM): no rule beyond blocks for the first chunk now; preempt when the cache runs out.
+- ``"guaranteed"`` (TensorRT-LLM's ``GUARANTEED_NO_EVICT`` capacity scheduler): admit only if every
+  running sequence's prompt + ``max_new_tokens`` blocks and the newcomer's can all be held at once;
+  then nobody is ever preempted.
+- ``"estimated"`` (SGLang): charge each running sequence its blocks plus ``new_token_ratio`` of the
+  tokens it may still generate, and the newcomer its whole prompt + ``max_new_tokens``; after a
+  preemption the ratio jumps up (SGLang's ``retract_decode``), otherwise it decays step by step to a
+  floor.
+
+A sequence samples a token only in the step that computes its last token. The scheduler only moves
+sequences between ``waiting`` and ``running`` and talks to the block manager; the engine runs the
+model, samples, and calls :meth:`Scheduler.undo` if the step fails.
 """
 from __future__ import annotations
 
@@ -30,10 +48,22 @@ import enum
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable
 
 from ..memory.block_manager import BlockManager, OutOfBlocks
-from ..validation import positive_int
+from ..validation import cdiv, positive_int
+
+__all__ = ["Scheduler", "SeqState", "ScheduledStep", "Status", "SCHEDULING_ORDERS", "ADMISSION_POLICIES"]
+
+SCHEDULING_ORDERS = ("vllm", "decode_first")
+ADMISSION_POLICIES = ("on_demand", "guaranteed", "estimated")
+
+# SGLang's defaults (python/sglang/global_config.py, server_args.py): the ratio starts at 0.7, decays
+# over 600 steps to 0.7 * 0.14, and a retraction reserves 20 more decode steps for each survivor.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
 
 
 class Status(enum.Enum):
@@ -43,30 +73,28 @@ class Status(enum.Enum):
 
 
 @dataclass(eq=False)
-class Sequence:
-    """One sequence of tokens being generated: its prompt, what it has generated so far, and its
-    place in the scheduler. ``num_samples > 1`` marks a request that will be forked into that many
-    sequences once its prompt is computed (parallel sampling): it holds that many seats until then,
-    and each fork hands one of them to a child."""
+class SeqState:
+    """One sequence of tokens being generated, as the scheduler sees it: its prompt, what it has
+    generated so far, and its place in the queues. ``num_samples > 1`` marks a request that will be
+    forked into that many sequences once its prompt is computed (parallel sampling): it holds that
+    many seats until then, and each fork hands one of them to a child. It slices like a list of its
+    tokens (``seq[a:b]``), which is how the block manager reads the tokens of a block it commits."""
 
-    seq_id: Any
+    seq_id: Hashable
     request_id: int
     prompt: list[int]
-    params: Any                         # the request's SamplingParams
+    params: Any = None                  # the request's SamplingParams (max_new_tokens for admission)
     output: list[int] = field(default_factory=list)
     num_samples: int = 1
-    sample_index: int = 0               # which of its request's samples this is
+    cache_salt: Hashable = None         # sequences share cached blocks only with the same salt
     status: Status = Status.WAITING
     num_computed_tokens: int = 0        # tokens whose K/V this step leaves in the cache
-    num_prompt_tokens: int = 0          # tokens to prefill since its last admission (prompt + output then)
     num_cached_tokens: int = 0          # prefix-cache hit at its last admission
     num_preemptions: int = 0
-    seed: int = 0                       # its request's seed (sample j draws with seed + j)
-    generator: Any = None               # its torch.Generator when sampling
 
     @property
     def tokens(self) -> list[int]:
-        """Prompt and output (a new list: use :attr:`last_token` or :meth:`token_slice` in hot loops)."""
+        """Prompt and output (a new list: use :attr:`last_token` or slicing in hot loops)."""
         return self.prompt + self.output
 
     @property
@@ -82,10 +110,31 @@ class Sequence:
             return self.output[start - n:stop - n]
         return self.prompt[start:] + self.output[:stop - n]
 
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(len(self))
+            return self.token_slice(start, stop)
+        return self.tokens[index]
+
+    @property
+    def num_new_tokens(self) -> int:
+        """Tokens it still owes the cache: 1 for a decode, the rest of its prompt for a prefill."""
+        return len(self) - self.num_computed_tokens
+
     @property
     def prefilling(self) -> bool:
-        """Running with part of its prompt (since its last admission) still to compute."""
-        return self.num_computed_tokens < self.num_prompt_tokens
+        """It owes the cache more than the one token it sampled last: part of its prompt (or, after a
+        preemption, of its prompt and output) is not computed yet."""
+        return self.num_computed_tokens < len(self) - (1 if self.output else 0)
+
+    @property
+    def all_computed(self) -> bool:
+        """Every token's K/V is computed; right after :meth:`Scheduler.schedule`: it samples in this step."""
+        return self.num_computed_tokens == len(self)
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.params.max_new_tokens if self.params is not None else 0
 
     def __len__(self) -> int:
         return len(self.prompt) + len(self.output)
@@ -93,46 +142,77 @@ class Sequence:
 
 @dataclass
 class ScheduledStep:
-    """The scheduler's decision for one step: the batch of one forward pass, decodes first."""
+    """The scheduler's decision for one step: the batch of one forward pass, in batch order."""
 
-    decodes: list[Sequence] = field(default_factory=list)    # one token each: their last sampled one
-    prefills: list[Sequence] = field(default_factory=list)   # a chunk of prompt each
-    prefill_chunks: list[int] = field(default_factory=list)  # tokens computed for each prefill
-    preempted: list[Sequence] = field(default_factory=list)  # sent back to wait, blocks freed
+    seqs: list[SeqState] = field(default_factory=list)        # every scheduled sequence
+    num_new_tokens: list[int] = field(default_factory=list)   # tokens each computes in this step
+    is_decode: list[bool] = field(default_factory=list)       # its one token is the one it sampled last
+    preempted: list[SeqState] = field(default_factory=list)   # sent back to wait, blocks freed
     copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) blocks to copy first
+    admitted: list[SeqState] = field(default_factory=list)    # taken from waiting in this step
+    computed_before: list[int] = field(default_factory=list)  # each one's num_computed_tokens before it
+
+    def add(self, seq: SeqState, n: int, decode: bool, before: int) -> None:
+        self.seqs.append(seq)
+        self.num_new_tokens.append(n)
+        self.is_decode.append(decode)
+        self.computed_before.append(before)
 
     @property
-    def seqs(self) -> list[Sequence]:
-        """Every scheduled sequence, in batch order."""
-        return self.decodes + self.prefills
+    def decodes(self) -> list[SeqState]:
+        return [s for s, d in zip(self.seqs, self.is_decode) if d]
 
     @property
-    def num_new_tokens(self) -> list[int]:
-        """Tokens each of :attr:`seqs` computes."""
-        return [1] * len(self.decodes) + self.prefill_chunks
+    def prefills(self) -> list[SeqState]:
+        return [s for s, d in zip(self.seqs, self.is_decode) if not d]
+
+    @property
+    def prefill_chunks(self) -> list[int]:
+        """Tokens computed for each of :attr:`prefills`."""
+        return [n for n, d in zip(self.num_new_tokens, self.is_decode) if not d]
 
     @property
     def num_tokens(self) -> int:
-        return len(self.decodes) + sum(self.prefill_chunks)
+        return sum(self.num_new_tokens)
+
+
+def check_limits(max_num_seqs: int, max_num_batched_tokens: int | None) -> tuple[int, int | None]:
+    """The engine's two limits, checked in one place (the scheduler and ``LLM`` both call this)."""
+    return (positive_int("max_num_seqs", max_num_seqs),
+            None if max_num_batched_tokens is None else positive_int("max_num_batched_tokens",
+                                                                     max_num_batched_tokens))
 
 
 class Scheduler:
     """First come, first served continuous batching over a :class:`~pagedlib.BlockManager`: at most
     ``max_num_seqs`` sequences, at most ``max_num_batched_tokens`` tokens per step (``None``: whole
-    prompts), decodes first, preempting the newest by recompute when blocks run out."""
+    prompts), in the ``scheduling`` order, admitting by the ``admission`` policy, blocks taken as the
+    computed tokens need them, preempting the newest by recompute when blocks run out."""
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
-                 max_num_batched_tokens: int | None = None):
+                 max_num_batched_tokens: int | None = None, *, scheduling: str = "vllm",
+                 admission: str = "on_demand", long_prefill_token_threshold: int = 0):
+        if scheduling not in SCHEDULING_ORDERS:
+            raise ValueError(f"scheduling must be one of {SCHEDULING_ORDERS}; got {scheduling!r}")
+        if admission not in ADMISSION_POLICIES:
+            raise ValueError(f"admission must be one of {ADMISSION_POLICIES}; got {admission!r}")
+        if isinstance(long_prefill_token_threshold, bool) or not isinstance(long_prefill_token_threshold, int) \
+                or long_prefill_token_threshold < 0:
+            raise ValueError("long_prefill_token_threshold must be an integer >= 0 (0: no cap); got "
+                             f"{long_prefill_token_threshold!r}")
         self.block_manager = block_manager
-        self.max_num_seqs = positive_int("max_num_seqs", max_num_seqs)
-        self.max_num_batched_tokens = (None if max_num_batched_tokens is None else
-                                       positive_int("max_num_batched_tokens", max_num_batched_tokens))
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []       # in admission order: the newest is last
+        self.max_num_seqs, self.max_num_batched_tokens = check_limits(max_num_seqs, max_num_batched_tokens)
+        self.scheduling = scheduling
+        self.admission = admission
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO     # the "estimated" policy's share
+        self.waiting: deque[SeqState] = deque()
+        self.running: list[SeqState] = []       # in admission order: the newest is last
         self.num_seats = 0                      # seats the running hold: sum of their num_samples
-        self.num_preemptions = 0
+        self.num_preemptions = 0                # since the scheduler was built (metrics take differences)
+        self.num_resumed_hit_tokens = 0         # tokens a resumed (preempted) sequence found cached
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: SeqState) -> None:
         """Put a new sequence at the back of the waiting line."""
         seq.status = Status.WAITING
         self.waiting.append(seq)
@@ -140,93 +220,163 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    # ---- one step --------------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
-        """Decide the next step: decodes (preempting if blocks run out), then prefill chunks."""
+        """Decide the next step: the running sequences in the chosen order (preempting if blocks run
+        out), then admissions from the waiting line."""
         step = ScheduledStep()
         budget = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens
-        budget = self._schedule_decodes(step, budget)
-        budget = self._schedule_running_prefills(step, budget)
-        if not step.preempted:
+        if self.scheduling == "vllm":
+            budget = self._schedule_running(step, budget, lambda seq: True)
+        else:                                   # Sarathi-Serve: decodes, then the running prefills
+            budget = self._schedule_running(step, budget, self._is_decode)
+            budget = self._schedule_running(step, budget, lambda seq: not self._is_decode(seq))
+        if step.preempted:
+            self._after_preemption()
+        else:
             self._admit_waiting(step, budget)
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         return step
 
-    def _computed(self, seq: Sequence, n: int) -> None:
-        """``n`` more tokens of ``seq`` are in this step: after it their K/V is in the cache. The
-        blocks they complete enter the prefix cache now, so a request admitted later in this very
-        step can hit them: safe because the step is one forward pass in which each layer writes
-        every scheduled K/V before it reads (see :mod:`pagedlib.memory.block_manager`)."""
-        seq.num_computed_tokens += n
-        self.block_manager.commit(seq.seq_id, seq.num_computed_tokens)
+    @staticmethod
+    def _is_decode(seq: SeqState) -> bool:
+        return bool(seq.output) and seq.num_computed_tokens == len(seq) - 1
 
-    def _schedule_decodes(self, step: ScheduledStep, budget: float) -> float:
-        """One token for each decoding sequence, oldest first, while the budget lasts. Out of blocks,
-        preempt the newest running sequence (possibly the one that asked: never one already scheduled,
-        since they are older) and try again."""
+    def _cap(self, owed: int, budget: float) -> int:
+        threshold = self.long_prefill_token_threshold
+        if threshold and owed > threshold:
+            owed = threshold
+        return int(min(owed, budget))
+
+    def _schedule_running(self, step: ScheduledStep, budget: float, wanted) -> float:
+        """Give each running sequence ``wanted`` picks (oldest first) the tokens it owes, within the
+        budget. Out of blocks, preempt the newest running sequence not scheduled in this step
+        (possibly the one that asked; in vLLM's order those scheduled are all older anyway, in
+        decode-first order a newer decode may already be in the batch) and try again."""
+        scheduled = {id(s) for s in step.seqs}
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            if seq.prefilling:                  # its turn comes with the prefill chunks
+            if id(seq) in scheduled or not wanted(seq):
                 i += 1
                 continue
+            n = self._cap(seq.num_new_tokens, budget)
+            if n <= 0:
+                i += 1
+                continue
+            decode = self._is_decode(seq)
             try:
-                step.copies += self.block_manager.append(seq.seq_id, seq.last_token)
+                step.copies += self.block_manager.allocate_slots(seq.seq_id, seq.num_computed_tokens + n)
             except OutOfBlocks:
-                victim = self.running[-1]       # the newest
-                self.preempt(victim)
+                victim = next(s for s in reversed(self.running) if id(s) not in scheduled)  # the newest
+                self.preempt(victim)            # not yet scheduled (seq itself, at worst)
                 step.preempted.append(victim)
-                continue                        # retry seq (unless it was the victim)
-            step.decodes.append(seq)
-            self._computed(seq, 1)
-            budget -= 1
+                continue                        # retry seq, unless it was the victim
+            self._computed(step, seq, n, decode)
+            budget -= n
             i += 1
         return budget
 
-    def _schedule_running_prefills(self, step: ScheduledStep, budget: float) -> float:
-        """The next chunk of each running sequence still prefilling, oldest first (its blocks are held)."""
-        for seq in self.running:
-            if budget <= 0:
-                break
-            if seq.prefilling:
-                budget -= self._add_chunk(step, seq, budget)
-        return budget
-
     def _admit_waiting(self, step: ScheduledStep, budget: float) -> None:
-        """Admit from the front of the line while a seat is free, the budget lasts and the blocks for
-        the sequence's tokens can be had now; schedule its first chunk."""
+        """Admit from the front of the line while a seat is free, the budget lasts, the policy accepts
+        and the blocks for its first chunk can be had now; schedule that chunk."""
+        bm = self.block_manager
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if self.num_seats + seq.num_samples > self.max_num_seqs or not self.can_admit(seq):
                 break
+            cap = self._cap(len(seq), budget)
             try:
-                seq.num_cached_tokens = self.block_manager.allocate(seq.seq_id, seq.tokens, commit=False)
+                cached = bm.allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap,
+                                     cache_salt=seq.cache_salt)
             except OutOfBlocks:
                 break
             self.waiting.popleft()
             seq.status = Status.RUNNING
-            seq.num_computed_tokens = seq.num_cached_tokens
-            seq.num_prompt_tokens = len(seq)
+            seq.num_cached_tokens = seq.num_computed_tokens = cached
+            if seq.num_preemptions:
+                self.num_resumed_hit_tokens += cached
             self.running.append(seq)
             self.num_seats += seq.num_samples
-            budget -= self._add_chunk(step, seq, budget)
+            step.admitted.append(seq)
+            n = min(len(seq) - cached, cap)
+            self._computed(step, seq, n, False)
+            budget -= n
 
-    def _add_chunk(self, step: ScheduledStep, seq: Sequence, budget: float) -> int:
-        """Schedule as much of the sequence's prompt as the budget allows; return its length."""
-        chunk = int(min(seq.num_prompt_tokens - seq.num_computed_tokens, budget))
-        step.prefills.append(seq)
-        step.prefill_chunks.append(chunk)
-        self._computed(seq, chunk)
-        return chunk
+    def _computed(self, step: ScheduledStep, seq: SeqState, n: int, decode: bool) -> None:
+        """``n`` more tokens of ``seq`` are in this step: after it their K/V is in the cache. The
+        blocks they complete enter the prefix cache now, so a request admitted later in this very
+        step can hit them: safe because the step is one forward pass in which each layer writes
+        every scheduled K/V before it reads (see :mod:`pagedlib.memory.block_manager`)."""
+        step.add(seq, n, decode, seq.num_computed_tokens)
+        seq.num_computed_tokens += n
+        self.block_manager.commit(seq.seq_id, seq.num_computed_tokens, seq)
 
-    def preempt(self, seq: Sequence) -> None:
-        """Free a running sequence's blocks and put it first in line, to be recomputed later."""
+    def undo(self, step: ScheduledStep) -> None:
+        """The step's forward pass failed: take back what :meth:`schedule` did that the pass would
+        have made true. Every scheduled sequence still running goes back to wait as if preempted
+        (recomputed later, nothing it generated lost), after the prefix-cache blocks it registered
+        in this step (their K/V never written) are dropped. Copies already made are harmless."""
+        for seq, before in zip(step.seqs, step.computed_before):
+            if seq.status is Status.RUNNING and seq.seq_id in self.block_manager:
+                self.block_manager.uncommit(seq.seq_id, before)
+        for seq in sorted({id(s): s for s in step.seqs}.values(), key=self._age, reverse=True):
+            if seq.status is Status.RUNNING:
+                self.preempt(seq, count=False)
+
+    def _age(self, seq: SeqState) -> int:
+        return self.running.index(seq) if seq in self.running else -1
+
+    # ---- admission policies ------------------------------------------------------------------------
+    def can_admit(self, seq: SeqState) -> bool:
+        """The admission policy's rule for the head of the waiting line (blocks for its first chunk
+        are checked afterwards, by allocating them)."""
+        if self.admission == "on_demand":
+            return True
+        usable = self.block_manager.num_usable_blocks
+        if self.admission == "guaranteed":
+            return self.reserved_blocks + seq.num_samples * self._blocks_at_most(seq) <= usable
+        return self.estimated_blocks + seq.num_samples * self._blocks_at_most(seq) <= usable
+
+    def _blocks_at_most(self, seq: SeqState) -> int:
+        """Blocks the sequence holds at its longest: prompt + max_new_tokens."""
+        return cdiv(len(seq.prompt) + max(seq.max_new_tokens, 1), self.block_manager.block_size)
+
+    @property
+    def reserved_blocks(self) -> int:
+        """``guaranteed``: blocks promised to the running sequences (each seat its longest)."""
+        return sum(s.num_samples * self._blocks_at_most(s) for s in self.running)
+
+    @property
+    def estimated_blocks(self) -> int:
+        """``estimated``: the running sequences' blocks now plus ``new_token_ratio`` of the tokens
+        they may still generate (SGLang's charge)."""
+        bs = self.block_manager.block_size
+        return sum(s.num_samples * cdiv(len(s) + math.ceil(self.new_token_ratio * max(
+            0, s.max_new_tokens - len(s.output))), bs) for s in self.running)
+
+    def _after_preemption(self) -> None:
+        """SGLang's ``retract_decode``: after a retraction, the share of the remaining tokens the
+        survivors are expected to use jumps up (what they generated, plus 20 steps each, over their
+        maximum)."""
+        decoded = sum(len(s.output) for s in self.running)
+        total = sum(s.max_new_tokens for s in self.running)
+        if total:
+            self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / total)
+
+    # ---- moving sequences ----------------------------------------------------------------------------
+    def preempt(self, seq: SeqState, count: bool = True) -> None:
+        """Free a running sequence's blocks and put it first in line, to be recomputed later (its full
+        blocks stay in the prefix cache, if it is on)."""
         self._leave(seq)
         seq.status = Status.WAITING
         seq.num_computed_tokens = 0
-        seq.num_preemptions += 1
+        if count:
+            seq.num_preemptions += 1
+            self.num_preemptions += 1
         self.waiting.appendleft(seq)
-        self.num_preemptions += 1
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
+    def fork(self, parent: SeqState, child: SeqState) -> None:
         """Start ``child`` as a running copy of ``parent`` that shares all its blocks (parallel
         sampling); it takes one of the seats the parent holds for its samples."""
         if parent.num_samples < 2:
@@ -236,21 +386,16 @@ class Scheduler:
         parent.num_samples -= 1
         child.num_samples = 1
         child.num_computed_tokens = parent.num_computed_tokens
-        child.num_prompt_tokens = parent.num_prompt_tokens
+        child.cache_salt = parent.cache_salt
         child.status = Status.RUNNING
         self.running.append(child)
 
-    def finish(self, seq: Sequence) -> None:
+    def finish(self, seq: SeqState) -> None:
         """A sequence is done: it leaves the batch and its blocks are freed."""
         self._leave(seq)
         seq.status = Status.FINISHED
 
-    def _leave(self, seq: Sequence) -> None:
+    def _leave(self, seq: SeqState) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq.seq_id)
         self.num_seats -= seq.num_samples
-
-    def can_admit(self, seq: Sequence) -> bool:
-        """Extra admission rule for other policies (reserve-max); the paged scheduler needs none
-        beyond free seats and blocks."""
-        return True

@@ -1,8 +1,11 @@
 """Chapter 11 exercises: steps to a long prompt's first token under a token budget; one budgeted step.
 
-Both follow the rule of :mod:`pagedlib.engine.scheduler` with ``max_num_batched_tokens``: each step schedules
-at most ``budget`` new tokens, the running requests' decode tokens first (one each, oldest first), then
-prefill chunks in arrival order, a prompt that does not fit being cut into chunks over several steps.
+Both follow :mod:`pagedlib.engine.scheduler` with ``max_num_batched_tokens``: each step schedules at most
+``budget`` new tokens, the running requests' decode tokens first (one each, oldest first), then prefill
+chunks in arrival order, a prompt that does not fit being cut into chunks over several steps. That is
+``scheduling="decode_first"`` (Sarathi-Serve's stall-free batching); in vLLM v1's order
+(``scheduling="vllm"``, the default) exercise 1 comes out the same, since the decoding requests are
+older than the new prompt and v1 walks the running requests oldest first.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt
 
 from .style import COLORS, FIGURE_WIDTH, fit, wrap
 
-__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies"]
+__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
+           "admission_policies"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -173,4 +174,78 @@ def budget_latencies(rows: list[dict], title: str = "What a token budget trades"
         ax.set_ylabel(ylabel, fontsize=10)
         ax.margins(y=0.15)
         ax.tick_params(labelsize=10)
+    return fit(fig)
+
+
+def _check_rows(rows: list[dict], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        missing = [i for i, row in enumerate(rows) if key not in row]
+        if missing:
+            raise ValueError(f"rows must each have {key!r}; rows {missing} do not")
+
+
+def latency_percentiles(rows: list[dict], label: str = "scheduling",
+                        title: str = "Latency percentiles and throughput"):
+    """Three stacked panels, one group of bars per row (a scheduling order, say): TTFT at p50 / p90 /
+    p99 (top), inter-token latency at p50 / p90 / p99 (middle, ms), throughput (bottom). ``rows``:
+    dicts with ``label``, ``ttft_p50_s`` ... ``ttft_p99_s``, ``itl_p50_s`` ... ``itl_p99_s`` and
+    ``tokens_per_s``."""
+    qs = ("p50", "p90", "p99")
+    _check_rows(rows, (label, "tokens_per_s") + tuple(f"{m}_{q}_s" for m in ("ttft", "itl") for q in qs))
+    # stacked, not side by side: each panel keeps the figure's whole width on a phone
+    fig, axes = plt.subplots(3, 1, figsize=(FIGURE_WIDTH, 9.0), layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    width = 0.8 / len(rows)
+    colours = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"]]
+    for ax, metric, scale, ylabel in ((axes[0], "ttft", 1.0, "time to first token (s)"),
+                                      (axes[1], "itl", 1e3, "inter-token latency (ms)")):
+        for k, row in enumerate(rows):
+            xs = [i + (k - (len(rows) - 1) / 2) * width for i in range(len(qs))]
+            bars = ax.bar(xs, [row[f"{metric}_{q}_s"] * scale for q in qs], width, label=str(row[label]),
+                          color=colours[k % len(colours)])
+            ax.bar_label(bars, fmt="%.2g", fontsize=10, rotation=90, padding=2)
+        ax.set_xticks(range(len(qs)), qs)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.tick_params(labelsize=10)
+        ax.margins(y=0.35)
+    axes[0].legend(fontsize=10, loc="upper left")
+    labels = [str(row[label]) for row in rows]
+    bars = axes[2].bar(labels, [row["tokens_per_s"] for row in rows],
+                       color=[colours[k % len(colours)] for k in range(len(rows))])
+    axes[2].bar_label(bars, fmt="%.0f", fontsize=10)
+    axes[2].set_ylabel("tokens per second", fontsize=10)
+    axes[2].tick_params(labelsize=10)
+    axes[2].margins(y=0.2)
+    return fit(fig)
+
+
+def admission_policies(rows: list[dict], num_blocks: int,
+                       title: str = "Three admission policies, one engine, one workload"):
+    """One bar per admission policy in six panels (three rows of two): throughput, preemptions, peak
+    blocks in use (the cache's size dashed), prompt tokens found cached when a preempted request
+    resumed, p99 time to first token and p99 inter-token latency. ``rows``: dicts with
+    ``admission``, ``tokens_per_s``, ``preemptions``, ``peak_blocks``, ``resumed_hit_tokens``,
+    ``ttft_p99_s``, ``itl_p99_s``."""
+    keys = ("tokens_per_s", "preemptions", "peak_blocks", "resumed_hit_tokens", "ttft_p99_s", "itl_p99_s")
+    _check_rows(rows, ("admission",) + keys)
+    short = {"on_demand": "on\ndemand", "guaranteed": "guaran-\nteed", "estimated": "esti-\nmated"}
+    labels = [short.get(row["admission"], row["admission"]) for row in rows]
+    colours = [COLORS["kv"], COLORS["shared"], COLORS["tail"]]
+    fig, axes = plt.subplots(3, 2, figsize=(FIGURE_WIDTH, 9.0), layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    panels = (("tokens_per_s", 1.0, "tokens per second", "%.0f"),
+              ("preemptions", 1.0, "preemptions", "%d"),
+              ("peak_blocks", 1.0, "peak blocks in use", "%d"),
+              ("resumed_hit_tokens", 1.0, "tokens cached\non resume", "%d"),
+              ("ttft_p99_s", 1.0, "p99 TTFT (s)", "%.3g"),
+              ("itl_p99_s", 1e3, "p99 ITL (ms)", "%.3g"))
+    for ax, (key, scale, ylabel, fmt) in zip(axes.flat, panels):
+        bars = ax.bar(labels, [row[key] * scale for row in rows], color=colours[:len(rows)])
+        ax.bar_label(bars, fmt=fmt, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.tick_params(labelsize=10)
+        ax.margins(y=0.25)
+    peak = axes.flat[2]
+    peak.axhline(num_blocks, color="black", linestyle="--", linewidth=1)
+    peak.set_title(f"dashed: the cache ({num_blocks})", fontsize=10)
     return fit(fig)

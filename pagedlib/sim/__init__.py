@@ -9,7 +9,7 @@
 Modules: ``workload`` (lengths and arrivals), ``buddy`` (the Orca baselines' allocator),
 ``reservation`` (the Orca policies), ``paged`` (vLLM's policy), ``timing`` (seconds per step),
 ``loop`` (the step loop), ``result`` (the meter and :class:`SimResult`), ``paper`` (the numbers
-to compare with). The model is a counting one: no tensors, only slots.
+to compare with); ``clocked`` runs the real engine (``pagedlib.LLM``) on the simulated clock (chapter 11). The model is a counting one: no tensors, only slots.
 
 The model, in short: 15,728 slots (12 GiB / 800 KiB per OPT-13B token), ``max_len`` 2048, strict
 FCFS admission, one token per running request per step (a new request's prompt is processed in its
