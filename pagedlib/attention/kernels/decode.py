@@ -78,10 +78,13 @@ def attend_tiles(q, q_pos, start, end, table_row,
         visible = t_ok[None, :] & (pos[None, :] <= q_pos[:, None])               # [ROWS, TILE]
         scores = tl.where(visible, scores, float("-inf"))
 
-        # online softmax: rescale what we have by exp(old max - new max), then add this tile
+        # online softmax: rescale what we have by exp(old max - new max), then add this tile. A row
+        # that has seen no visible key yet keeps m = -inf, and exp(-inf - (-inf)) is NaN: subtract 0
+        # there instead (alpha and p are then exp(-inf) = 0, as they should be)
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))            # [ROWS]
-        alpha = tl.exp(m_i - m_new)                                # [ROWS]
-        p = tl.exp(scores - m_new[:, None])                        # [ROWS, TILE]
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)      # [ROWS]
+        alpha = tl.exp(m_i - m_safe)                               # [ROWS]
+        p = tl.exp(scores - m_safe[:, None])                       # [ROWS, TILE]
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
