@@ -124,6 +124,7 @@ def _prose_numbers_not_computed(nb) -> list[str]:
             continue   # an exercise's help is generated from pagedlib.exercises, not prose
         prose = re.sub(r"\[[^\]]*\]\([^)]*\)|\(https?://[^)]*\)|`[^`]*`|\$[^$]*\$", " ", cell.source)
         prose = re.sub(r"^#+ .*$", " ", prose, flags=re.M)
+        prose = re.sub(r"<[^>]*>", " ", prose)     # an HTML tag's attributes are data (a stepper's scores)
         for m in _NUMBER.finditer(prose):
             n = m.group(1)
             if "." not in n and not m.group(2) and len(n.replace(",", "")) < 3:

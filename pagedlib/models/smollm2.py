@@ -114,7 +114,14 @@ def load_smollm2_hf(cache: Path | str | None = None, source: str = "package"):
     else:
         raise ValueError(f"source must be 'package' (the GGUF from the package index) or 'hub' ({HUB_NAME}, "
                          f"needs the internet); got {source!r}")
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).eval()
+    from transformers.utils import logging as hf_logging
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()     # no "Loading weights" bar: a notebook would store it as a widget
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).eval()
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     return model, AutoTokenizer.from_pretrained(name)
 
 
