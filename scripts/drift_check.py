@@ -291,7 +291,7 @@ def run_tests(python: Path, here: Path, result: Result) -> None:
 def run_aot(python: Path, here: Path, venv: Path, result: Result) -> None:
     """Compile every kernel of the installed pagedlib for each capability, from a cold cache."""
     (here / "aot.py").write_text(AOT_SCRIPT)
-    kernels = next(venv.glob("lib/python*/site-packages/pagedlib/kernels"))
+    kernels = next(venv.glob("lib/python*/site-packages/pagedlib/attention/kernels"))
     fails, errors = [], []
     for capability in CAPABILITIES:
         cache = here / f"aot-cache-{capability}"
