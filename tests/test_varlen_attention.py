@@ -22,6 +22,7 @@ import torch
 import pagedlib
 from pagedlib.attention.kernels.launch import VARLEN_SPLIT_Q, device_capability, launch_config, varlen_grid
 from pagedlib import paged_attention_varlen
+from pagedlib.attention.inputs import nan_caches
 
 DEVICE = pagedlib.runtime.DEVICE
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=3e-3, rtol=3e-3)}
@@ -84,19 +85,11 @@ def make_batch(chunks: list[int], contexts: list[int], num_heads: int, num_kv_he
     ids = 1 + torch.randperm(num_blocks - 1, generator=gen)[:sum(pages)]
     max_blocks = max(pages) + extra_columns
     tables = torch.full((len(contexts), max_blocks), NULL_BLOCK, dtype=torch.int32)
-    owned = torch.zeros(num_blocks, block_size, dtype=torch.bool)
     first = 0
-    for s, (n, p) in enumerate(zip(contexts, pages)):
+    for s, p in enumerate(pages):
         tables[s, :p] = ids[first:first + p].to(torch.int32)
         first += p
-        for j in range(p):
-            owned[tables[s, j], :min(block_size, n - j * block_size)] = True
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    key_cache = torch.full(shape, float("nan"))
-    value_cache = torch.full(shape, float("nan"))
-    count = int(owned.sum())
-    key_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
-    value_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
+    key_cache, value_cache = nan_caches(tables, contexts, num_blocks, block_size, num_kv_heads, head_dim, gen)
     query = torch.randn(sum(chunks), num_heads, head_dim, generator=gen) * scale_q
     starts = torch.tensor([0, *itertools.accumulate(chunks)], dtype=torch.int32)
     to = dict(device=DEVICE)

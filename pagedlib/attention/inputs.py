@@ -23,6 +23,25 @@ class PagedInputs:
         return self.query, self.key_cache, self.value_cache, self.block_tables, self.seq_lens
 
 
+def nan_caches(block_tables: torch.Tensor, seq_lens: list[int], num_blocks: int, block_size: int,
+               num_kv_heads: int, head_dim: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A key and a value cache ``[num_blocks, block_size, num_kv_heads, head_dim]`` (CPU, fp32) whose
+    slots hold random values where a sequence owns them (its first ``seq_lens[s]`` tokens through its
+    ``block_tables`` row) and NaN everywhere else, so that a kernel reading past a sequence's end
+    gives NaN, not a plausible number."""
+    owned = torch.zeros(num_blocks, block_size, dtype=torch.bool)        # slots some sequence owns
+    for s, n in enumerate(seq_lens):
+        for j in range(cdiv(n, block_size)):
+            owned[block_tables[s, j], :min(block_size, n - j * block_size)] = True
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    key_cache = torch.full(shape, float("nan"))
+    value_cache = torch.full(shape, float("nan"))
+    count = int(owned.sum())
+    key_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
+    value_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
+    return key_cache, value_cache
+
+
 def random_paged_inputs(seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int,
                         block_size: int, *, dtype: torch.dtype = torch.float32, device=None,
                         num_blocks: int | None = None, shared_blocks: bool = False,
@@ -45,19 +64,12 @@ def random_paged_inputs(seq_lens: list[int], num_heads: int, num_kv_heads: int, 
         ids = torch.randint(num_blocks, (sum(pages),), generator=gen)
     else:
         ids = torch.randperm(num_blocks, generator=gen)[:sum(pages)]
-    owned = torch.zeros(num_blocks, block_size, dtype=torch.bool)        # slots some sequence owns
     first = 0
-    for s, (n, p) in enumerate(zip(seq_lens, pages)):
+    for s, p in enumerate(pages):
         block_tables[s, :p] = ids[first:first + p].to(torch.int32)
         first += p
-        for j in range(p):
-            owned[block_tables[s, j], :min(block_size, n - j * block_size)] = True
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    key_cache = torch.full(shape, float("nan"))
-    value_cache = torch.full(shape, float("nan"))
-    count = int(owned.sum())
-    key_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
-    value_cache[owned] = torch.randn(count, num_kv_heads, head_dim, generator=gen)
+    key_cache, value_cache = nan_caches(block_tables, seq_lens, num_blocks, block_size, num_kv_heads, head_dim,
+                                        gen)
     query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen)
     to = dict(device=device or runtime.DEVICE)
     return PagedInputs(query.to(dtype=dtype, **to), key_cache.to(dtype=dtype, **to),
