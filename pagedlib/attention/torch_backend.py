@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -74,6 +74,18 @@ class DecodePattern:
     crow: torch.Tensor       # [num_seqs * num_heads + 1] int32
     columns: torch.Tensor    # [num_heads * total_tokens] int32 (cache rows < 2**31)
     row_len: torch.Tensor    # [num_seqs * num_heads] int32
+    _sparse: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def sparse(self, num_cache_rows: int) -> torch.Tensor:
+        """The pattern as a sparse CSR matrix ``[num_seqs * num_heads, num_cache_rows]`` (its values
+        are placeholders: ``sampled_addmm`` with ``beta=0`` reads only where the entries are), built
+        once and reused by every layer."""
+        if num_cache_rows not in self._sparse:
+            _spend_sparse_beta_warning()
+            self._sparse[num_cache_rows] = torch.sparse_csr_tensor(
+                self.crow, self.columns, torch.zeros(self.columns.shape, device=self.columns.device),
+                size=(len(self.row_len), num_cache_rows), check_invariants=False)
+        return self._sparse[num_cache_rows]
 
 
 def decode_pattern(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, num_heads: int,
@@ -163,11 +175,10 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     if k_rows.dtype != torch.float32:   # half precision: convert the rows this batch reads, not the cache
         k_rows, v_rows = k_rows[columns].float(), v_rows[columns].float()  # [entries, head_dim]
         columns = torch.arange(len(columns), dtype=columns.dtype, device=columns.device)
+        pattern = DecodePattern(crow, columns, row_len)                    # over the converted rows
     q = query.float().reshape(-1, dims.head_dim)                          # [num_seqs * num_heads, dim]
-    _spend_sparse_beta_warning()
-    pattern = torch.sparse_csr_tensor(crow, columns, q.new_zeros(columns.shape),
-                                      size=(q.shape[0], k_rows.shape[0]), check_invariants=False)
-    scores = torch.sparse.sampled_addmm(pattern, q, k_rows.T, beta=0.0, alpha=scale).values()   # [entries]
+    sparse = pattern.sparse(k_rows.shape[0])                               # built once, kept by every layer
+    scores = torch.sparse.sampled_addmm(sparse, q, k_rows.T, beta=0.0, alpha=scale).values()    # [entries]
     row_max = torch.segment_reduce(scores, "max", lengths=row_len)         # [rows]
     shifted = scores - row_max.repeat_interleave(row_len, output_size=len(scores))   # <= 0
     probs = shifted.clamp_(min=EXP_FLOOR).exp_()
@@ -232,7 +243,11 @@ class TorchBackend:
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  batch: PagedBatch) -> None:
-        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
+        if batch.trusted:           # the engine's batch: every slot is a real one, no -1 to drop
+            key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, batch.slot_mapping, k)
+            value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, batch.slot_mapping, v)
+        else:
+            write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                batch: PagedBatch) -> torch.Tensor:

@@ -43,6 +43,8 @@ class PagedBatch:
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32
     is_decode: bool
     max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
+    # made by build_batch from the block manager's tables: the backends skip the checks of its values
+    trusted: bool = False
     # what a backend derives from the batch alone, built in the first layer and reused by the others
     plans: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -60,24 +62,34 @@ def build_batch(seqs: Seq[SeqState], num_new_tokens: Seq[int], block_manager: Bl
     null = block_manager.null_block if block_manager.null_block is not None else 0
     tables = [block_manager.block_table(seq.seq_id) for seq in seqs]
     width = max(len(t) for t in tables)
-    ids, flat_tables, lens = [], [], []
-    for seq, n, table in zip(seqs, num_new_tokens, tables):
-        ids += seq.token_slice(seq.num_computed_tokens - n, seq.num_computed_tokens)
+    flat_tables, lens = [], []
+    for seq, table in zip(seqs, tables):
         flat_tables += table
         flat_tables += [null] * (width - len(table))          # padding names the null block (masked by seq_lens)
         lens.append(seq.num_computed_tokens)
-    new = _longs(list(num_new_tokens))                        # [num_seqs]
-    seq_lens = _longs(lens)                                   # [num_seqs], tokens in the cache after this step
     block_tables = _longs(flat_tables).view(num_seqs, width)  # [num_seqs, max_blocks]
-    starts = torch.zeros(num_seqs + 1, dtype=torch.long)
-    torch.cumsum(new, 0, out=starts[1:])                      # [num_seqs + 1]
-    owner = torch.repeat_interleave(torch.arange(num_seqs), new)                   # [num_tokens] its sequence
-    positions = torch.arange(len(ids)) - starts[owner] + (seq_lens - new)[owner]   # [num_tokens]
-    slots = block_tables[owner, positions // bs] * bs + positions % bs            # [num_tokens]
     longest = max(num_new_tokens)                             # known here: no GPU sync later
-    ids_t, positions, slots, seq_lens, starts = torch.cat(
-        [_longs(ids), positions, slots, seq_lens, starts]).to(device).split(
-        [len(ids), len(ids), len(ids), num_seqs, num_seqs + 1])                   # one copy to the device
+    if longest == 1:                                          # decode: one token each, its slot in Python
+        ids = [seq.last_token for seq in seqs]
+        positions = [n - 1 for n in lens]
+        slots = [table[p // bs] * bs + p % bs for table, p in zip(tables, positions)]
+        host = _longs(ids + positions + slots + lens + list(range(num_seqs + 1)))
+        ids_t, positions, slots, seq_lens, starts = host.to(device).split(
+            [num_seqs, num_seqs, num_seqs, num_seqs, num_seqs + 1])                 # one copy to the device
+    else:
+        ids = []
+        for seq, n in zip(seqs, num_new_tokens):
+            ids += seq.token_slice(seq.num_computed_tokens - n, seq.num_computed_tokens)
+        new = _longs(list(num_new_tokens))                    # [num_seqs]
+        seq_lens = _longs(lens)                               # [num_seqs], tokens in the cache after this step
+        starts = torch.zeros(num_seqs + 1, dtype=torch.long)
+        torch.cumsum(new, 0, out=starts[1:])                  # [num_seqs + 1]
+        owner = torch.repeat_interleave(torch.arange(num_seqs), new)                   # [num_tokens] its sequence
+        positions = torch.arange(len(ids)) - starts[owner] + (seq_lens - new)[owner]   # [num_tokens]
+        slots = block_tables[owner, positions // bs] * bs + positions % bs            # [num_tokens]
+        ids_t, positions, slots, seq_lens, starts = torch.cat(
+            [_longs(ids), positions, slots, seq_lens, starts]).to(device).split(
+            [len(ids), len(ids), len(ids), num_seqs, num_seqs + 1])               # one copy to the device
     return PagedBatch(
         input_ids=ids_t,                                                           # [num_tokens] int64
         positions=positions,                                                       # [num_tokens] int64
@@ -85,4 +97,4 @@ def build_batch(seqs: Seq[SeqState], num_new_tokens: Seq[int], block_manager: Bl
         block_tables=block_tables.to(device=device, dtype=torch.int32),            # [num_seqs, max_blocks]
         seq_lens=seq_lens.int(),                                                   # [num_seqs]
         query_start_loc=starts.int(),                                              # [num_seqs + 1]
-        is_decode=longest == 1, max_query_len=longest)
+        is_decode=longest == 1, max_query_len=longest, trusted=True)

@@ -113,7 +113,7 @@ class GPT2(PagedLM):
         """Run the batch's new tokens through the model, writing their K/V into ``kv_cache``;
         return the logits of each sequence's last token, ``[num_seqs, vocab_size]`` (fp32)."""
         x = self.wte(batch.input_ids) + self.wpe(batch.positions)   # [num_tokens, n_embd]
-        for layer, cache, backend in zip(self.layers, kv_cache.layers, self.layer_backends()):
+        for layer, cache, backend in zip(self.layers, kv_cache.layers, self.layer_backends(batch)):
             x = layer(x, cache, batch, backend)
         return self.last_logits(x, batch, self.ln_f, self.wte.weight)   # head tied to the embeddings
 

@@ -121,10 +121,11 @@ class PagedLM(nn.Module):
         self._backends = make_backends(name)        # refuses an unknown name before changing anything
         self._backend = name
 
-    def layer_backends(self):
-        """The backend of each layer in turn: the checked one first, the trusted one after."""
+    def layer_backends(self, batch: PagedBatch):
+        """The backend of each layer in turn: the checked one first, the trusted one after (every
+        layer the trusted one for a batch the engine built, ``batch.trusted``)."""
         checked, trusted = self._backends
-        yield checked
+        yield trusted if batch.trusted else checked
         while True:
             yield trusted
 

@@ -161,7 +161,7 @@ class Llama(PagedLM):
         return the logits of each sequence's last token, ``[num_seqs, vocab_size]`` (fp32)."""
         x = self.embed(batch.input_ids)                              # [num_tokens, hidden_size]
         cos_sin = self.rope(batch.positions)                         # each [num_tokens, 1, head_dim]
-        for layer, cache, backend in zip(self.layers, kv_cache.layers, self.layer_backends()):
+        for layer, cache, backend in zip(self.layers, kv_cache.layers, self.layer_backends(batch)):
             x = layer(x, cache, batch, backend, cos_sin)
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return self.last_logits(x, batch, self.norm, head)
