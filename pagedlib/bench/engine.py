@@ -101,8 +101,14 @@ def build_model(args):
 
 
 def make_workload(args):
-    """Prompts (random token ids) and output lengths with ShareGPT's length distribution."""
+    """Prompts (random token ids) and output lengths with ShareGPT's length distribution; with
+    ``--workload equal``, every request ``--prompt-len`` tokens long and generating ``--new-tokens``
+    (so that ``--requests`` of them decode together from the first step to the last)."""
     from ..sim import Workload
+    if getattr(args, "workload", "sharegpt") == "equal":
+        rng = np.random.default_rng(args.seed)
+        prompts = [rng.integers(0, args.vocab, args.prompt_len).tolist() for _ in range(args.requests)]
+        return prompts, [args.new_tokens] * args.requests
     work = Workload.sharegpt(args.requests, seed=args.seed, max_len=args.max_len)
     rng = np.random.default_rng(args.seed)
     prompts = [rng.integers(0, args.vocab, int(n)).tolist() for n in work.prompt_lens]

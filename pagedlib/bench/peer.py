@@ -242,6 +242,8 @@ def setup(args) -> dict:
     """The settings of a comparison (:data:`SETUP`, or :data:`SMOLLM2_SETUP` for the real model), as
     run (defaults filled in)."""
     names = SMOLLM2_SETUP if getattr(args, "models", None) == "smollm2" else SETUP
+    if getattr(args, "workload", "sharegpt") == "equal" and names is SETUP:
+        names = SETUP + ("workload", "prompt_len", "new_tokens")
     return {name: getattr(args, name, None) for name in names}
 
 
@@ -313,10 +315,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", "--model", default=",".join(MODELS),
                         help=f"with --against: any of {MODELS} (random-initialised), comma-separated; or "
                              "smollm2, the real chat model (pagedlib.load_smollm2) on real chats")
+    parser.add_argument("--workload", choices=("sharegpt", "equal"), default="sharegpt",
+                        help="with --against on the random models: ShareGPT-like lengths (default), or equal "
+                             "requests (--prompt-len tokens, --new-tokens each) that all decode together")
+    parser.add_argument("--prompt-len", type=int, default=512, help="with --workload equal: tokens per prompt")
     parser.add_argument("--system", choices=("short", "long"), default="short",
                         help="with --model smollm2: the shared system prompt (long: a few hundred tokens)")
     parser.add_argument("--new-tokens", type=int, default=48,
-                        help="with --model smollm2: tokens each reply generates (end of turn ignored)")
+                        help="with --model smollm2 or --workload equal: tokens each request generates "
+                             "(end of turn ignored)")
     parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                         help="with --against: both engines share cached prefixes (pagedlib's prefix cache, "
                              "transformers' block sharing); default on for smollm2, off for the random models")
