@@ -70,7 +70,7 @@ def build_batch(seqs: Seq[SeqState], num_new_tokens: Seq[int], block_manager: Bl
     block_tables = _longs(flat_tables).view(num_seqs, width)  # [num_seqs, max_blocks]
     longest = max(num_new_tokens)                             # known here: no GPU sync later
     if longest == 1:                                          # decode: one token each, its slot in Python
-        ids = [seq.last_token for seq in seqs]
+        ids = [seq.token_at(n - 1) for seq, n in zip(seqs, lens)]   # a decode's, or a one-token chunk's
         positions = [n - 1 for n in lens]
         slots = [table[p // bs] * bs + p % bs for table, p in zip(tables, positions)]
         host = _longs(ids + positions + slots + lens + list(range(num_seqs + 1)))

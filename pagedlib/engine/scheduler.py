@@ -101,6 +101,11 @@ class SeqState:
     def last_token(self) -> int:
         return self.output[-1] if self.output else self.prompt[-1]
 
+    def token_at(self, index: int) -> int:
+        """``tokens[index]`` (``0 <= index < len(self)``) without building the whole token list."""
+        n = len(self.prompt)
+        return self.prompt[index] if index < n else self.output[index - n]
+
     def token_slice(self, start: int, stop: int) -> list[int]:
         """``tokens[start:stop]`` without building the whole token list."""
         n = len(self.prompt)
