@@ -3,6 +3,7 @@
 #   make book   the static website, built strictly, into _build/html
 #   make unit   the quick loop: unit tests without the slow ones (about 3 minutes on 2 cores)
 #   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
+#   make peer-record  chapter 10's pagedlib vs transformers record (about 25 minutes, a quiet machine)
 # Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
 PYTHON ?= python3
 VENV   := .venv
@@ -15,7 +16,7 @@ export PYTHONHASHSEED := 0
 # and checked with the same setting so their stored outputs reproduce exactly.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test book lab serve notebooks unit nbval browser drift clean
+.PHONY: test book lab serve notebooks unit nbval browser drift peer-record clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +61,9 @@ notebooks: $(STAMP)
 
 drift: $(STAMP)
 	$(PY) scripts/drift_check.py
+
+peer-record: $(STAMP)
+	bash scripts/peer_record.sh
 
 clean:
 	rm -rf _build

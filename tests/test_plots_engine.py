@@ -73,3 +73,21 @@ def test_latency_percentiles_groups_p50_p90_p99():
     ttft, itl, throughput = fig.axes
     assert len(ttft.patches) == len(itl.patches) == 6 and len(throughput.patches) == 2
     assert sorted(p.get_height() for p in itl.patches)[-1] == pytest.approx(40.0)   # ms
+
+
+def _peer(model, requests, ratio, workload):
+    setup = {"workload": workload} if workload == "equal" else {}
+    return {"model": model, "requests": requests, "ratio": ratio, "setup": setup}
+
+
+def test_lead_by_requests_draws_a_line_per_model_and_workload():
+    from pagedlib.plots.engine import lead_by_requests
+    equal = [_peer(m, n, r, "equal") for m in ("gpt2", "llama") for n, r in ((1, 1.2), (8, 2.1), (64, 3.3))]
+    mixes = [_peer("gpt2", 16, 1.6, "sharegpt"), _peer("gpt2", 32, 2.4, "sharegpt")]
+    fig = lead_by_requests(equal, mixes)
+    ax, = fig.axes
+    lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1 and ln.get_linestyle() != "--"]
+    assert len(lines) == 3                              # two models decoding together, one mix
+    assert list(lines[0].get_xdata()) == [1, 8, 64] and list(lines[0].get_ydata()) == [1.2, 2.1, 3.3]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "8", "16", "32", "64"]
+    assert any(ln.get_linestyle() == "--" and list(ln.get_ydata()) == [2.0, 2.0] for ln in ax.get_lines())

@@ -276,11 +276,20 @@ def save(path: Path, results: list[dict], command: str) -> None:
     print(f"saved to {path} (read it with pagedlib.bench.peer.measured({str(path)!r}))")
 
 
-def measured(path: Path | str = MEASURED, models: tuple[str, ...] = MODELS) -> list[dict]:
+def measured(path: Path | str = MEASURED, models: tuple[str, ...] = MODELS,
+             workload: str | None = None) -> list[dict]:
     """The stored figures of ``models`` (default: the random-initialised ones; ``("smollm2",)``: the
     real chat model): one dict per model and setup, as :func:`compare` returned it, with the command
-    and machine that measured it. The default is the course's record, shipped with pagedlib."""
-    return [r for r in json.loads(Path(path).read_text())["results"] if r["model"] in models]
+    and machine that measured it. ``workload`` keeps only ``"sharegpt"`` (ShareGPT-like mixes) or
+    ``"equal"`` (equal requests decoding together) figures. The default is the course's record,
+    shipped with pagedlib."""
+    return [r for r in json.loads(Path(path).read_text())["results"] if r["model"] in models
+            and workload in (None, workload_of(r))]
+
+
+def workload_of(result: dict) -> str:
+    """``"equal"`` or ``"sharegpt"``: the workload a stored random-model figure was measured on."""
+    return result["setup"].get("workload", "sharegpt")
 
 
 # Two fp32 engines may break a near-tie differently: matrix products over batches of different sizes

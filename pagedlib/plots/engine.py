@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from .style import COLORS, FIGURE_WIDTH, fit, wrap
 
 __all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
-           "admission_policies"]
+           "admission_policies", "lead_by_requests"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -248,4 +248,34 @@ def admission_policies(rows: list[dict], num_blocks: int,
     peak = axes.flat[2]
     peak.axhline(num_blocks, color="black", linestyle="--", linewidth=1)
     peak.set_title(f"dashed: the cache ({num_blocks})", fontsize=10)
+    return fit(fig)
+
+
+def lead_by_requests(equal: list[dict], mixes: list[dict], target: float = 2.0,
+                     title: str = "pagedlib's lead over transformers' continuous batching"):
+    """The stored peer comparison (:func:`pagedlib.bench.peer.measured`) as the ratio of tokens per
+    CPU-second against the number of requests: a line per model for equal requests that decode
+    together (``equal``), a marker per model for the ShareGPT-like mixes (``mixes``), and the
+    ``target`` ratio dashed."""
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.6))
+    colors = {"gpt2": COLORS["kv"], "llama": COLORS["shared"]}
+    labels = {"gpt2": "GPT-2", "llama": "Llama (GQA)"}
+    for model in sorted({r["model"] for r in equal + mixes}):
+        color = colors.get(model, COLORS["tail"])
+        rows = sorted((r["requests"], r["ratio"]) for r in equal if r["model"] == model)
+        if rows:
+            ax.plot(*zip(*rows), marker="o", color=color, label=f"{labels.get(model, model)}, decoding together")
+        rows = sorted((r["requests"], r["ratio"]) for r in mixes if r["model"] == model)
+        if rows:
+            ax.plot(*zip(*rows), marker="s", linestyle=":", color=color,
+                    label=f"{labels.get(model, model)}, ShareGPT-like mix")
+    ax.axhline(target, color=COLORS["external"], linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({r["requests"] for r in equal + mixes})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xlabel("requests")
+    ax.set_ylabel("tokens per CPU-second,\npagedlib / transformers")
+    ax.set_ylim(bottom=0)
+    ax.set_title(wrap(title, fontsize=12), fontsize=12)
+    ax.legend(loc="upper left", fontsize=10)
     return fit(fig)
