@@ -42,6 +42,34 @@ def test_seed_lesson_paged():
     assert round(ratio, 1) == 3.9
 
 
+def test_reserve_max_is_one_rule_in_every_place_that_reserves_max_len():
+    """The plans, chapter 2's allocator, the engine's baseline and the simulator's Orca (Max) all
+    reserve what reserve_max_slots says, and refuse what it refuses."""
+    from pagedlib.engine.baseline import ReserveMaxScheduler
+    from pagedlib.engine.sampling import SamplingParams
+    from pagedlib.engine.scheduler import SeqState
+    from pagedlib.memory.allocators import ReserveMaxAllocator
+    from pagedlib.memory.block_manager import BlockManager
+    from pagedlib.memory.capacity import reserve_max_slots
+    from pagedlib.sim import reservation_size
+
+    max_len, block_size = 100, 16
+    for prompt, output in [(1, 1), (30, 7), (60, 40)]:
+        slots = reserve_max_slots(prompt + output, max_len)
+        assert slots == max_len
+        assert pagedlib.reserve_max_plan([prompt + output], max_len).allocated == slots
+        assert ReserveMaxAllocator(1000, max_len).reservation(prompt + output) == slots
+        assert reservation_size("max", prompt, output, max_len) == slots
+        seq = SeqState(0, 0, [1] * prompt, SamplingParams(max_new_tokens=output))
+        scheduler = ReserveMaxScheduler(BlockManager(64, block_size), 4, max_len)
+        assert scheduler._blocks_at_most(seq) == pages_for(slots, block_size)
+    for refuse in (lambda: reserve_max_slots(101, max_len),
+                   lambda: ReserveMaxAllocator(1000, max_len).reservation(101),
+                   lambda: reservation_size("max", 60, 41, max_len)):
+        with pytest.raises(ValueError, match="length=101 tokens is longer than max_len=100"):
+            refuse()
+
+
 def test_plan_text_shows_rows_and_totals():
     text = pagedlib.paged_plan(SEED, 16).text()
     assert "1,904" in text and "2,608" in text and "waste 1.0%" in text

@@ -14,7 +14,7 @@ from typing import Sequence as Seq
 
 import torch
 
-from ..memory.capacity import pages_for
+from ..memory.capacity import pages_for, reserve_max_slots
 from .llm import LLM, SamplingParams
 from ..models.layers import PagedModel
 from .metrics import ReservedStepRecord
@@ -22,18 +22,21 @@ from .scheduler import Scheduler, SeqState
 
 
 class ReserveMaxScheduler(Scheduler):
-    """The ``guaranteed`` admission policy with every sequence's longest taken as ``max_len``: a
-    request is admitted only if ``max_len`` slots (whole blocks) can be reserved for each of its ``n``
-    samples. Every seat the running sequences hold (``num_seats``, counted from admission, before
-    any fork) carries one reservation, so the reservations can never exceed the cache."""
+    """The ``guaranteed`` admission policy with every sequence's longest taken as its reserve-max
+    slot (:func:`~pagedlib.memory.capacity.reserve_max_slots`: ``max_len``): a request is admitted
+    only if ``max_len`` slots (whole blocks) can be reserved for each of its ``n`` samples. Every seat
+    the running sequences hold (``num_seats``, counted from admission, before any fork) carries one
+    reservation, so the reservations can never exceed the cache."""
 
     def __init__(self, block_manager, max_num_seqs: int, max_len: int, max_num_batched_tokens: int | None = None,
                  **kwargs):
         super().__init__(block_manager, max_num_seqs, max_num_batched_tokens, admission="guaranteed", **kwargs)
-        self.blocks_per_seq = pages_for(max_len, block_manager.block_size)
+        self.max_len = max_len
 
     def _blocks_at_most(self, seq: SeqState) -> int:
-        return self.blocks_per_seq              # n samples reserve n times: nothing is shared
+        # n samples reserve n times: nothing is shared
+        slots = reserve_max_slots(len(seq.prompt) + seq.max_new_tokens, self.max_len)
+        return pages_for(slots, self.block_manager.block_size)
 
 
 class ReserveMaxLLM(LLM):
@@ -55,11 +58,13 @@ class ReserveMaxLLM(LLM):
 
     def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
         tokens = super().check_request(index, prompt, params)
-        if len(tokens) + params.max_new_tokens > self.max_len:
+        try:
+            reserved = reserve_max_slots(len(tokens) + params.max_new_tokens, self.max_len)
+        except ValueError:
             raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
                              f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
-                             "raise max_len.")
-        if params.n * pages_for(self.max_len, self.block_size) > self.num_blocks:
+                             "raise max_len.") from None
+        if params.n * pages_for(reserved, self.block_size) > self.num_blocks:
             raise ValueError(f"prompts[{index}]: n = {params.n} reservations of max_len = {self.max_len} tokens "
                              f"need more than the whole cache ({self.num_blocks} blocks of {self.block_size}), "
                              "so it could never be admitted; raise num_blocks or lower n or max_len.")

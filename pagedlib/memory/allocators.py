@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
 from ..validation import positive_int
+from .capacity import reserve_max_slots
 
 __all__ = ["Segment", "Step", "ContiguousAllocator", "ReserveMaxAllocator", "FirstFitAllocator",
            "fragmenting_events"]
@@ -236,11 +237,9 @@ class ReserveMaxAllocator(ContiguousAllocator):
         super().__init__(pool_slots)
 
     def reservation(self, length: int) -> int:
-        """Always ``max_len``; a ``length`` above it is a ValueError."""
-        if length > self.max_len:
-            raise ValueError(f"length={length} tokens is longer than max_len={self.max_len}; raise "
-                             "max_len or shorten the request")
-        return self.max_len
+        """Always ``max_len`` (:func:`~pagedlib.memory.capacity.reserve_max_slots`); a ``length``
+        above it is a ValueError."""
+        return reserve_max_slots(length, self.max_len)
 
 
 class FirstFitAllocator(ContiguousAllocator):

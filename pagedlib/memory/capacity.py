@@ -8,7 +8,8 @@ sliding windows, MLA latents, hybrid fixed state, the KV dtype and tensor parall
 how the cache is laid out:
 
 - *reserve-max* (:func:`reserve_max_plan`): every request gets one contiguous slot of ``max_len``
-  tokens, because its final length is unknown. Short replies leave most of the slot as padding.
+  tokens, because its final length is unknown (:func:`reserve_max_slots`, the rule every reserve-max
+  in the course uses). Short replies leave most of the slot as padding.
 - *paged* (:func:`paged_plan`): the cache is cut into pages of ``page_size`` tokens and a request holds
   only the whole pages it fills (:func:`pages_for`), so it wastes less than one page.
 
@@ -30,7 +31,7 @@ from typing import Sequence
 
 from ..validation import as_int, cdiv, positive_int
 
-__all__ = ["pages_for", "next_pow2", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
+__all__ = ["pages_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
            "MODELS", "model_spec", "requests_that_fit", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
            "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
@@ -68,6 +69,18 @@ def next_pow2(n: int) -> int:
     if n < 1:
         raise ValueError(f"n must be >= 1; got {n}")
     return 1 << (n - 1).bit_length()
+
+
+def reserve_max_slots(length: int, max_len: int) -> int:
+    """Reserve-max's rule: the token slots a request of ``length`` tokens (prompt + output) reserves
+    at admission: always ``max_len``, since its final length is unknown. A request longer than
+    ``max_len`` never fits its slot: a ``ValueError``. Every reserve-max of the course applies this
+    one rule (the plans here, chapter 2's allocator, the engine's baseline, the simulator's Orca Max).
+    """
+    if length > max_len:
+        raise ValueError(f"length={length} tokens is longer than max_len={max_len}; raise max_len or "
+                         "shorten the request")
+    return max_len
 
 
 # ---- plans -------------------------------------------------------------------------------------
@@ -188,11 +201,17 @@ def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
     """
     lengths = _check_lengths(lengths)
     max_len = positive_int("max_len", max_len)
-    too_long = [n for n in lengths if n > max_len]
+    rows, too_long = [], []
+    for i, n in enumerate(lengths):
+        try:
+            slot = reserve_max_slots(n, max_len)
+        except ValueError:
+            too_long.append(n)
+            continue
+        rows.append(PlanRow(f"r{i + 1}", n, 1, slot, padding=slot - n))
     if too_long:
         raise ValueError(f"lengths holds requests of {too_long} tokens, which do not fit a "
                          f"max_len={max_len} slot; raise max_len or shorten them")
-    rows = [PlanRow(f"r{i + 1}", n, 1, max_len, padding=max_len - n) for i, n in enumerate(lengths)]
     return Plan("reserve-max", max_len, rows)
 
 

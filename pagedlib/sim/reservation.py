@@ -3,7 +3,8 @@
 The paper compares vLLM with three versions of Orca that differ only in how much they reserve when a
 request is admitted (a buddy allocator then rounds the reservation up to a power of two):
 
-- ``"max"``: ``max_len`` slots, whatever the request (what a system that knows nothing must do);
+- ``"max"``: ``max_len`` slots, whatever the request (what a system that knows nothing must do:
+  :func:`pagedlib.memory.capacity.reserve_max_slots`, the rule the engine's baseline uses too);
 - ``"pow2"``: the prompt plus the output length rounded up to a power of two (at most 2x too much);
 - ``"oracle"``: exactly prompt + output (it knows the future: an upper bound for reservation).
 
@@ -12,6 +13,7 @@ request never needs more, so these policies never preempt.
 """
 from __future__ import annotations
 
+from ..memory.capacity import reserve_max_slots
 from .buddy import BuddyAllocator, next_pow2
 from .request import SimRequest
 
@@ -21,7 +23,7 @@ RESERVATION_POLICIES = ("max", "pow2", "oracle")
 def reservation_size(policy: str, prompt: int, output: int, max_len: int) -> int:
     """Slots that ``policy`` reserves for a request of ``prompt`` + ``output`` tokens."""
     if policy == "max":
-        return max_len
+        return reserve_max_slots(prompt + output, max_len)
     if policy == "pow2":
         return prompt + min(next_pow2(output), max_len - prompt)
     if policy == "oracle":
