@@ -348,7 +348,7 @@ request_strategy = st.tuples(st.integers(1, 24), st.booleans(), st.integers(1, 8
 @given(requests=st.lists(request_strategy, min_size=1, max_size=6),
        budget=st.sampled_from([1, 2, 3, 5, 8, None]), num_blocks=st.integers(8, 30),
        block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(2, 5), prefix=st.booleans(),
-       reserve=st.booleans(), scheduling=st.sampled_from(["vllm", "decode_first"]),
+       reserve=st.booleans(), scheduling=st.sampled_from(["vllm", "decode_first", "prefill_first"]),
        admission=st.sampled_from(["on_demand", "guaranteed", "estimated"]), threshold=st.sampled_from([0, 0, 3]))
 def test_random_workloads_keep_the_invariants_and_match_transformers(requests, budget, num_blocks, block_size,
                                                                      max_num_seqs, prefix, reserve, scheduling,

@@ -252,12 +252,12 @@ class Params:
 @given(num_blocks=st.integers(3, 10), block_size=st.sampled_from([1, 2, 4]), max_num_seqs=st.integers(1, 6),
        requests=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 10), st.integers(0, 6)), min_size=1, max_size=8),
        prefix=st.booleans(), budget=st.sampled_from([None, None, 1, 2, 3, 5]),
-       scheduling=st.sampled_from(["vllm", "decode_first"]),
+       scheduling=st.sampled_from(["vllm", "decode_first", "prefill_first"]),
        admission=st.sampled_from(["on_demand", "guaranteed", "estimated"]),
        threshold=st.sampled_from([0, 0, 2]))
 def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num_seqs, requests, prefix, budget,
                                                  scheduling, admission, threshold):
-    """Random requests (prompt length, tokens to generate, the step they arrive in), in both orders and
+    """Random requests (prompt length, tokens to generate, the step they arrive in), in the three orders and
     under the three admission policies: every step keeps the invariants, and every request finishes
     with exactly its tokens, however often it is preempted or chunked."""
     bm = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix)
@@ -287,7 +287,9 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
         assert step.num_tokens <= (budget or float("inf")) and step.num_tokens > 0
         if threshold:
             assert all(n <= threshold for n in step.num_new_tokens)
-        if budget is None and not threshold:
+        if scheduling == "prefill_first":  # a step of prompts or a step of decodes, never both
+            assert not (step.prefills and step.decodes)
+        elif budget is None and not threshold:
             assert set(step.seqs) == set(sched.running) and all(s.all_computed for s in step.seqs)
         if admission == "guaranteed":    # promised blocks fit the cache, so nobody is ever preempted
             assert sched.reserved_blocks <= num_blocks and not step.preempted
@@ -309,6 +311,31 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
         assert seq.status is Status.FINISHED and len(seq.output) == want
         assert seq.output == [(len(seq.prompt) + i) % 5 for i in range(want)]
     assert bm.num_used_blocks == 0
+
+
+def test_prefill_first_runs_new_prompts_alone_and_decodes_only_when_no_prompt_runs():
+    """vLLM v0's order: a request that arrives while another decodes gets a step of its own (the
+    running one waits); a step in which no prompt can run decodes everyone."""
+    bm = BlockManager(num_blocks=4, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=8, scheduling="prefill_first")
+    a, b, c = seqs(3, 4, 9)
+    sched.add(a)
+    assert run_step(sched).prefills == [a]
+    assert run_step(sched).decodes == [a]                     # nothing waits: a decode step
+    sched.add(b)
+    step = run_step(sched)
+    assert step.seqs == [b] and step.admitted == [b]          # b's prompt alone; a waits a step
+    assert len(a.output) == 2 and len(b.output) == 1
+    sched.add(c)                                              # 9 tokens: 3 blocks, 2 are free
+    step = run_step(sched)
+    assert step.decodes == [a, b] and not step.prefills       # c cannot run: the others decode
+    assert list(sched.waiting) == [c]
+    vllm = Scheduler(BlockManager(num_blocks=3, block_size=4), max_num_seqs=8)
+    x, y = seqs(3, 4)
+    vllm.add(x)
+    run_step(vllm)
+    vllm.add(y)
+    assert run_step(vllm).seqs == [x, y]                      # vLLM v1's order mixes them
 
 
 def test_decode_first_never_preempts_a_decode_it_has_already_scheduled():

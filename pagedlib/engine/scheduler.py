@@ -15,13 +15,16 @@ sequence (decoding or still prefilling) is *preempted*: its blocks are freed and
 (nothing is lost). With prefix caching its full blocks stay in the cache and are hit when it resumes
 (:attr:`Scheduler.num_resumed_hit_tokens` counts the tokens that saves).
 
-Two orders (``scheduling``):
+Three orders (``scheduling``):
 
 - ``"vllm"`` (the default): vLLM v1's. Walk ``running`` in admission order, giving each what it owes
   (capped by the budget left and by ``long_prefill_token_threshold``, 0: no cap), then admit from
   ``waiting``.
 - ``"decode_first"``: Sarathi-Serve's stall-free batching. Every running decode first (one token
   each), then the running prefills' chunks, then admissions.
+- ``"prefill_first"``: vLLM v0's default from August 2023 on (prefills or decodes, never both in one
+  step): the running prefills' chunks and the admissions make a step of prompts only, and only a step
+  with no prompt to run decodes the running sequences (who all wait while new prompts run).
 
 Admission from ``waiting`` (``admission``), first come, first served: the head of the line is admitted
 while it has a seat (``max_num_seqs``, counting all ``n`` samples of a request from its admission),
@@ -55,7 +58,7 @@ from ..validation import cdiv, positive_int
 
 __all__ = ["Scheduler", "SeqState", "ScheduledStep", "Status", "SCHEDULING_ORDERS", "ADMISSION_POLICIES"]
 
-SCHEDULING_ORDERS = ("vllm", "decode_first")
+SCHEDULING_ORDERS = ("vllm", "decode_first", "prefill_first")
 ADMISSION_POLICIES = ("on_demand", "guaranteed", "estimated")
 
 # SGLang's defaults (python/sglang/global_config.py, server_args.py): the ratio starts at 0.7, decays
@@ -228,19 +231,26 @@ class Scheduler:
     # ---- one step --------------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
         """Decide the next step: the running sequences in the chosen order (preempting if blocks run
-        out), then admissions from the waiting line."""
+        out), then admissions from the waiting line (``"prefill_first"``: the running decode only in
+        a step where no prompt runs)."""
         step = ScheduledStep()
         budget = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens
         if self.scheduling == "vllm":
             budget = self._schedule_running(step, budget, lambda seq: True)
-        else:                                   # Sarathi-Serve: decodes, then the running prefills
+        elif self.scheduling == "decode_first":  # Sarathi-Serve: decodes, then the running prefills
             budget = self._schedule_running(step, budget, self._is_decode)
+            budget = self._schedule_running(step, budget, lambda seq: not self._is_decode(seq))
+        else:                                   # vLLM v0: the running prefills (then admissions) ...
             budget = self._schedule_running(step, budget, lambda seq: not self._is_decode(seq))
         if step.preempted:
             self._after_preemption()
         else:
             self._admit_waiting(step, budget)
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        if self.scheduling == "prefill_first" and not step.seqs:   # ... or, with no prompt to run, decodes
+            self._schedule_running(step, budget, self._is_decode)
+            if step.preempted:
+                self._after_preemption()
         return step
 
     @staticmethod
