@@ -107,28 +107,34 @@ def test_pow2_rounds_the_output_up():
 
 
 def test_paged_preempts_the_newest_and_recomputes_it():
-    # 2 pages of 4 slots. Step 0: A (3+3) and B (2+2) take a page each. Step 1: A needs a second
-    # page, none is free: B, the newest, is preempted. A finishes at step 2, B reruns at step 3.
-    r = simulate(Workload([3, 2], [3, 2]), "paged", kv_slots=8, block_size=4, watermark=0)
+    # 2 blocks of 4 slots. Step 0: A (4 + 3) and B (3 + 2) take a block each for their prompts. Step
+    # 1: A's fifth token needs a second block, none is free: B, the newest, is preempted (nobody is
+    # admitted in that step). A finishes at step 2, B is recomputed at step 3 (prompt + its token).
+    r = simulate(Workload([4, 3], [3, 2]), "paged", kv_slots=8, block_size=4)
     assert r.preemptions == 1
     assert r.finish_steps.tolist() == [2, 3]
     assert r.generated.tolist() == [3, 2]
     assert r.steps == 1                                # from step 1 on, all have been admitted
+    # step 0: 7 tokens of K/V in 8 slots; B's last slot is for its own next token
     assert r.token_frac == 7 / 8 and r.reservation_frac == 1 / 8 and r.free_frac == 0
 
 
-def test_paged_admission_leaves_room_for_the_first_token():
-    # a 4-token prompt fills a page: admission takes a second page for the token it will generate,
-    # so B waits instead of being admitted and preempted at once
-    r = simulate(Workload([4, 4], [1, 1]), "paged", kv_slots=8, block_size=4, watermark=0)
-    assert r.preemptions == 0 and r.finish_steps.tolist() == [0, 1]
+def test_paged_blocks_follow_the_computed_tokens():
+    # a sampled token takes a slot only when the next step computes it: with one token to generate,
+    # two 4-token prompts fill the pool and finish without a block more; with two, the first one's
+    # second token needs a block and the newest is preempted for it
+    r = simulate(Workload([4, 4], [1, 1]), "paged", kv_slots=8, block_size=4)
+    assert r.preemptions == 0 and r.finish_steps.tolist() == [0, 0]
+    r = simulate(Workload([4, 4], [2, 2]), "paged", kv_slots=8, block_size=4)
+    assert r.preemptions == 1 and r.finish_steps.tolist() == [1, 2]
 
 
 def test_paged_tail_of_last_page_that_is_never_filled_is_internal():
-    # 1 + 2 = 3 tokens in one 8-slot page: 5 slots are never used; 2 others wait so steps are measured
-    r = simulate(Workload([1] * 3, [2] * 3), "paged", kv_slots=8, block_size=8, watermark=0)
+    # 2 + 2 tokens, 3 of them with K/V (the last sampled one is never fed back), in one 8-slot block:
+    # 5 slots are never used; 2 others wait, so steps are measured
+    r = simulate(Workload([2] * 3, [2] * 3), "paged", kv_slots=8, block_size=8)
     assert r.finish_steps.tolist() == [1, 3, 5]
-    # steps 0-4 measured (the 3rd request is admitted at step 4); stored 2, 3, 2, 3, 2 of 8 slots
+    # steps 0-4 measured (the 3rd request is admitted at step 4); K/V 2, 3, 2, 3, 2 of 8 slots
     assert r.steps == 5 and r.token_frac == 12 / 40
     assert r.reservation_frac == 3 / 40 and r.internal_frac == 25 / 40
 
@@ -141,6 +147,10 @@ def test_bad_arguments_say_what_to_fix():
         simulate(w, "oracle", max_len=128)
     with pytest.raises(ValueError, match="raise kv_slots"):
         simulate(w, "paged", kv_slots=64)
+    with pytest.raises(ValueError, match="only policy 'paged' runs"):
+        simulate(w, "oracle", scheduling="prefill_first")
+    with pytest.raises(ValueError, match="scheduling must be one of"):
+        simulate(w, "paged", scheduling="lifo")
     with pytest.raises(ValueError, match="lower max_len"):
         simulate(w, "max", kv_slots=1000, max_len=2048)
     for name, value in (("kv_slots", 0), ("block_size", 0), ("max_len", -1), ("kv_slots", 1.5e4)):
@@ -158,7 +168,7 @@ def test_bad_arguments_say_what_to_fix():
 def test_invariants(lengths, policy, kv_slots, block_size, rate):
     w = Workload(*zip(*lengths))
     r = simulate(w, policy, kv_slots=kv_slots, block_size=block_size, max_len=128,
-                 request_rate=rate, watermark=0.0)
+                 request_rate=rate)
     shares = [r.token_frac, r.reservation_frac, r.internal_frac, r.rounding_frac, r.free_frac]
     assert all(s >= 0 for s in shares)
     assert sum(shares) == pytest.approx(1.0)
@@ -245,38 +255,8 @@ def test_figures_have_titles_labels_and_legends():
     assert figs[2].axes[0].get_xlabel() == "page size (tokens per block)"
 
 
-def test_prefill_only_iterations_pause_the_running_requests():
-    """vLLM v0's scheduler: a step that admits someone runs only the new prompts."""
-    from pagedlib.sim.loop import StepLoop
-    from pagedlib.sim.paged import PagedPool
-    from pagedlib.sim.request import SimRequest
-    from pagedlib.sim.timing import StepTime
-
-    def run(prefill_only):
-        reqs = [SimRequest(0, 8, 6), SimRequest(1, 8, 6)]
-        clock = StepTime(1.0, 0.0, 0.0)                    # one second a step
-        loop = StepLoop(reqs, np.array([0.0, 2.5]), PagedPool(1024, 16, 0.0), clock,
-                        prefill_only=prefill_only)
-        history = []
-        while loop.pending or loop.waiting or loop.running:
-            loop.step()
-            history.append([r.generated for r in reqs])
-        return history, loop
-
-    mixed, _ = run(False)
-    v0, loop = run(True)
-    # request 1 arrives during step 2; at step 3 it is admitted
-    assert mixed[3] == [4, 1]                  # mixed: request 0 decodes in the same step
-    assert v0[3] == [3, 1]                     # prefill-only: request 0 waits that step
-    done0 = [next(i for i, h in enumerate(hist) if h[0] == 6) for hist in (mixed, v0)]
-    assert v0[-1] == [6, 6] and done0[1] == done0[0] + 1   # request 0 finishes one step later
-    with pytest.raises(ValueError, match="pick one"):
-        StepLoop([], np.array([]), PagedPool(64, 16, 0.0), StepTime(1, 0, 0), grow_first=True,
-                 prefill_only=True)
-
-
-def test_prefill_only_scheduling_more_than_doubles_the_alpaca_batch():
+def test_prefill_first_scheduling_more_than_doubles_the_alpaca_batch():
     w = Workload.alpaca(400, seed=0)
     mixed = simulate(w, "paged", request_rate=30.0).avg_batch
-    v0 = simulate(w, "paged", request_rate=30.0, prefill_only=True).avg_batch
+    v0 = simulate(w, "paged", request_rate=30.0, scheduling="prefill_first").avg_batch
     assert v0 > 1.5 * mixed

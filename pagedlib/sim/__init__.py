@@ -60,8 +60,8 @@ import numpy as np
 
 from ..validation import positive_int
 from .buddy import BuddyAllocator, next_pow2
+from .counting_engine import CountingEngine
 from .loop import StepLoop
-from .paged import PagedPool
 from .paper import FIGURE2, FIGURE2_APPROXIMATE, FIGURE13, KV_SLOTS, MAX_LEN, POLICY_LABELS
 from .request import SimRequest
 from .reservation import RESERVATION_POLICIES, ReservationPool, reservation_size
@@ -79,31 +79,47 @@ __all__ = ["Workload", "simulate", "SimResult", "BuddyAllocator", "StepTime", "O
 
 def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_size: int = 16,
              max_len: int = MAX_LEN, request_rate: float | None = None, *, seed: int = 0,
-             step_time: StepTime = OPT13B_A100, watermark: float = 0.01,
-             prefill_only: bool = False) -> SimResult:
+             step_time: StepTime = OPT13B_A100, scheduling: str = "vllm",
+             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> SimResult:
     """Serve ``workload`` under ``policy`` with a pool of ``kv_slots`` K/V slots; return the shares.
 
     ``policy`` is ``"max"``, ``"pow2"``, ``"oracle"`` (the paper's Orca baselines, contiguous
-    reservations from a buddy allocator) or ``"paged"`` (vLLM: ``block_size``-slot pages on demand,
-    preemption by recompute, ``watermark`` share of pages kept free at admission). With
-    ``request_rate=None`` every request is queued at time 0 (a saturated queue); with a number, they
-    arrive as a Poisson process of that many requests per second (drawn with ``seed``), and
-    ``step_time`` says how many seconds a step takes. ``prefill_only=True`` schedules as vLLM v0 as
-    released did (prefill-only or decode-only iterations, new prompts first) instead of the paper's
-    mixed iterations.
+    reservations from a buddy allocator, :mod:`pagedlib.sim.loop`) or ``"paged"`` (vLLM: the engine's
+    own :class:`~pagedlib.engine.scheduler.Scheduler` and
+    :class:`~pagedlib.memory.block_manager.BlockManager` with ``block_size``-slot blocks, no model,
+    :mod:`pagedlib.sim.counting_engine`). With ``request_rate=None`` every request is queued at time 0
+    (a saturated queue); with a number, they arrive as a Poisson process of that many requests per
+    second (drawn with ``seed``), and ``step_time`` says how many seconds a step takes.
+
+    Under ``"paged"``, ``scheduling`` is the scheduler's order: ``"vllm"`` (the default: the running
+    decode, then new prompts join the same step, as vLLM did when the paper was written and as vLLM v1
+    does), ``"prefill_first"`` (vLLM v0 from August 2023 on: a step of new prompts alone, the running
+    requests waiting) or ``"decode_first"``. ``max_num_seqs`` and ``max_num_batched_tokens`` are the
+    engine's caps; by default none binds, as in the paper's runs, which memory limited. What the
+    paper's vLLM (v0) did that this does not: it kept 1% of the blocks free at admission (a
+    watermark; leaving it out moves no share by more than 0.2 points, nor the batch by more than 0.1)
+    and capped each step's tokens (2,560 by default then; no step of these workloads at these rates
+    comes near it).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
     for name, value in (("kv_slots", kv_slots), ("block_size", block_size), ("max_len", max_len)):
         positive_int(name, value, "slots")
+    arrivals = workload.arrival_times(request_rate, seed)
     if policy == "paged":
-        pool = PagedPool(kv_slots, block_size, watermark)
-    else:
-        pool = ReservationPool(policy, kv_slots, max_len)
+        return CountingEngine(workload.prompt_lens, workload.output_lens, arrivals, kv_slots=kv_slots,
+                              block_size=block_size, max_len=max_len, step_time=step_time,
+                              scheduling=scheduling, max_num_seqs=max_num_seqs,
+                              max_num_batched_tokens=max_num_batched_tokens).run().result()
+    engine_only = {"scheduling": scheduling != "vllm", "max_num_seqs": max_num_seqs is not None,
+                   "max_num_batched_tokens": max_num_batched_tokens is not None}
+    if any(engine_only.values()):
+        raise ValueError(f"{[k for k, v in engine_only.items() if v]} set the engine's scheduler, which "
+                         f"only policy 'paged' runs; the Orca policies ({policy!r}) have their own loop")
+    pool = ReservationPool(policy, kv_slots, max_len)
     requests = [SimRequest(i, int(p), int(o))
                 for i, (p, o) in enumerate(zip(workload.prompt_lens, workload.output_lens))]
-    arrivals = workload.arrival_times(request_rate, seed)
-    return StepLoop(requests, arrivals, pool, step_time, prefill_only=prefill_only).run().result(policy, block_size)
+    return StepLoop(requests, arrivals, pool, step_time).run().result(policy, block_size)
 
 
 def compare_with_paper(results: dict[str, SimResult]) -> str:

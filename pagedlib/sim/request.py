@@ -1,4 +1,4 @@
-"""One request as the simulator sees it: lengths, progress and the memory it holds."""
+"""One request as the Orca baselines' step loop sees it: lengths, progress and the memory it holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +9,8 @@ class SimRequest:
     """A request of the simulation. ``generated`` grows by one token per step while it runs.
 
     ``stored`` is what its K/V cache holds now (prompt + generated tokens), ``need`` what it will hold
-    at its end. ``slots`` and ``address`` are set by the pool that admitted it: the slots set aside for
-    it (a reservation, or its pages) and where (a buddy address; unused by the paged pool).
+    at its end. ``slots`` and ``address`` are set by the pool that admitted it: the slots of its
+    reservation and where they start (a buddy address).
     """
 
     rid: int
@@ -19,7 +19,6 @@ class SimRequest:
     generated: int = 0
     slots: int = 0
     address: int = -1
-    preemptions: int = 0
     finish_step: int = -1
     finish_s: float = -1.0              # the clock (s) at the end of the step that finished it
 

@@ -8,6 +8,13 @@ Every slot of the pool is, at each step, in exactly one of five states:
 - **rounding**: the allocator's own waste (a buddy block bigger than the reservation inside it);
 - **free**: in nobody's hands.
 
+The Orca baselines keep these counts in their pool (:class:`pagedlib.sim.reservation.ReservationPool`);
+under paging the meter reads them from the engine's own state (:meth:`Meter.record_blocks`): a
+sequence's K/V from its ``num_computed_tokens``, its slots from its block table in the block manager,
+and the blocks held from the block manager's count. Under paging a request holds no reservation beyond
+its last block, so the tail of that block is split: the part its own later tokens fill is reservation,
+the part past its final token internal fragmentation.
+
 The paper's Figure 2 counts rounding and free together as "external fragmentation and other".
 Averages are over steps (one step = one engine iteration), up to the step where the last request is
 admitted: the drain at the end, where the pool empties because no one is left to wait, is left out.
@@ -15,6 +22,7 @@ admitted: the drain at the end, where the pool empties because no one is left to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -29,17 +37,30 @@ class Meter:
         self.sums = dict.fromkeys(SHARES, 0)
         self.batch_sum = self.steps = self.peak_held = 0
 
-    def record(self, tokens: int, pool, batch: int) -> None:
-        """One step: ``tokens`` stored by the running requests, the pool's accounting, the batch."""
+    def record(self, tokens: int, useful: int, reserved: int, held: int, batch: int) -> None:
+        """One step: ``tokens`` of K/V stored by the running requests; ``useful``, the slots set aside
+        for them that they will fill (tokens included); ``reserved``, all slots set aside for them;
+        ``held``, the slots the allocator gave out (reservations and its rounding); the batch size."""
         s = self.sums
         s["token"] += tokens
-        s["reservation"] += pool.useful - tokens
-        s["internal"] += pool.reserved - pool.useful
-        s["rounding"] += pool.held - pool.reserved
-        s["free"] += self.kv_slots - pool.held
+        s["reservation"] += useful - tokens
+        s["internal"] += reserved - useful
+        s["rounding"] += held - reserved
+        s["free"] += self.kv_slots - held
         self.batch_sum += batch
         self.steps += 1
-        self.peak_held = max(self.peak_held, pool.held)
+        self.peak_held = max(self.peak_held, held)
+
+    def record_blocks(self, block_manager, running, kv_at_end: Sequence[int]) -> None:
+        """One step of the paged policy, read from the engine: each running sequence's K/V
+        (``num_computed_tokens``), the slots of its blocks (its block table), what it will hold at
+        its end (``kv_at_end[seq_id]``), and the blocks in use (the block manager's count)."""
+        bs, tokens, useful = block_manager.block_size, 0, 0
+        for seq in running:
+            tokens += seq.num_computed_tokens
+            useful += min(len(block_manager.block_table(seq.seq_id)) * bs, kv_at_end[seq.seq_id])
+        held = block_manager.num_used_blocks * bs       # a block is reserved whole: no rounding
+        self.record(tokens, useful, held, held, len(running))
 
     def shares(self) -> dict[str, float]:
         """Time-averaged share of the pool in each state (they sum to 1)."""

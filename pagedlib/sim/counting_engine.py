@@ -1,0 +1,126 @@
+"""vLLM's paged policy, simulated by the engine's own scheduler and block manager, with no model.
+
+:class:`CountingEngine` serves a workload with :class:`pagedlib.engine.scheduler.Scheduler` over a
+:class:`pagedlib.memory.block_manager.BlockManager` of ``kv_slots // block_size`` blocks. Each step:
+
+1. requests that have arrived join the back of the waiting line;
+2. the scheduler decides the step, exactly as in ``pagedlib.LLM``: who is admitted, how many tokens
+   each sequence computes, who is preempted (the newest, by recompute) when blocks run out; the block
+   manager hands out the blocks;
+3. the meter reads the pool from the block manager and the sequences (:mod:`pagedlib.sim.result`);
+4. every scheduled sequence whose tokens are now all computed "samples" a token (the model's place:
+   any token will do, nothing reads it), and one that has its whole output is finished;
+5. the clock advances by ``step_time(K/V the step reads, prompt tokens it computes)``.
+
+Nothing here decides what the engine decides: the simulator's vLLM is the engine's scheduler.
+``max_num_seqs`` and ``max_num_batched_tokens`` default to limits that never bind (the paper's runs
+were limited by memory), so every prompt is computed whole in its first step.
+
+It counts as the engine does: the token sampled in a step has no K/V until the next step computes it,
+and the last one never does, so a request of ``p`` prompt and ``o`` output tokens holds at most
+``p + o - 1`` tokens of K/V (the Orca loop, :mod:`pagedlib.sim.loop`, counts ``p + o``: one token per
+request, 0.2% of a ShareGPT request).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Sequence
+
+import numpy as np
+
+from ..engine.requests import check_request
+from ..engine.sampling import SamplingParams
+from ..engine.scheduler import ScheduledStep, Scheduler, SeqState
+from ..memory.block_manager import BlockManager
+from .result import Meter, SimResult
+from .timing import StepTime
+
+__all__ = ["CountingEngine"]
+
+
+class CountingEngine:
+    """The engine's scheduler and block manager serving ``prompt_lens`` / ``output_lens`` (tokens)
+    arriving at ``arrivals`` (s), on a pool of ``kv_slots`` slots in blocks of ``block_size``.
+
+    :meth:`run` serves them all; :meth:`step` runs one step and returns the scheduler's decision
+    (``None`` when the clock only jumped to the next arrival). ``scheduler`` and ``block_manager``
+    are the engine's own objects, to inspect between steps.
+    """
+
+    def __init__(self, prompt_lens: Sequence[int], output_lens: Sequence[int], arrivals: np.ndarray, *,
+                 kv_slots: int, block_size: int, max_len: int, step_time: StepTime,
+                 scheduling: str = "vllm", max_num_seqs: int | None = None,
+                 max_num_batched_tokens: int | None = None):
+        self.kv_slots, self.max_len, self.step_time, self.arrivals = kv_slots, max_len, step_time, arrivals
+        self.block_manager = BlockManager(kv_slots // block_size, block_size)
+        seats = max_num_seqs if max_num_seqs is not None else max(1, len(prompt_lens))  # never binds
+        self.scheduler = Scheduler(self.block_manager, seats, max_num_batched_tokens, scheduling=scheduling)
+        self.seqs = [self._checked(i, int(p), int(o)) for i, (p, o) in enumerate(zip(prompt_lens, output_lens))]
+        self.kv_at_end = [len(s.prompt) + s.max_new_tokens - 1 for s in self.seqs]   # by seq_id
+        order = np.argsort(arrivals, kind="stable")
+        self.pending = deque(self.seqs[i] for i in order)   # not arrived yet, by arrival time
+        self.meter = Meter(kv_slots)
+        self.finish_step = [-1] * len(self.seqs)
+        self.finish_s = [-1.0] * len(self.seqs)
+        self.clock, self.steps, self.measuring = 0.0, 0, True
+
+    def _checked(self, i: int, prompt: int, output: int) -> SeqState:
+        """Request ``i`` as a sequence, refused as the engine refuses it if it could never run."""
+        params = SamplingParams(max_new_tokens=output)
+        try:
+            tokens = check_request(i, [0] * prompt, params, vocab_size=1, context_length=self.max_len,
+                                   block_size=self.block_manager.block_size,
+                                   num_blocks=self.block_manager.num_usable_blocks,
+                                   max_num_seqs=self.scheduler.max_num_seqs)
+        except ValueError as exc:
+            raise ValueError(f"{exc} In the simulator: raise kv_slots (or max_len), or drop the request.") from None
+        return SeqState(seq_id=i, request_id=i, prompt=tokens, params=params)
+
+    def run(self) -> "CountingEngine":
+        while self.pending or self.scheduler.has_unfinished():
+            self.step()
+        return self
+
+    def step(self) -> ScheduledStep | None:
+        """One engine step (see the module docstring), or a jump of the clock to the next arrival."""
+        sched = self.scheduler
+        while self.pending and self.arrivals[self.pending[0].seq_id] <= self.clock:
+            sched.add(self.pending.popleft())
+        if not sched.has_unfinished():
+            self.clock = float(self.arrivals[self.pending[0].seq_id])
+            return None
+        # the averages stop once every request has arrived and been admitted (the drain is left out)
+        self.measuring = self.measuring and bool(self.pending or sched.waiting)
+        plan = sched.schedule()
+        if not plan.seqs:
+            raise RuntimeError("the scheduler ran nobody although requests wait; every request was "
+                               "checked to fit an empty pool, so this is a bug")
+        if self.measuring:
+            self.meter.record_blocks(self.block_manager, sched.running, self.kv_at_end)
+        kv_read = sum(s.num_computed_tokens for s in plan.seqs)
+        finished = []
+        for seq in plan.seqs:
+            if seq.all_computed:                   # its last token's K/V is computed: it samples
+                seq.output.append(0)
+                if len(seq.output) >= seq.max_new_tokens:
+                    sched.finish(seq)
+                    finished.append(seq.seq_id)
+        self.clock += self.step_time(kv_read, sum(plan.prefill_chunks))
+        for i in finished:
+            self.finish_step[i], self.finish_s[i] = self.steps, self.clock   # its last token is out
+        self.steps += 1
+        return plan
+
+    def result(self) -> SimResult:
+        """The measured averages, as a :class:`SimResult`."""
+        s, m = self.meter.shares(), self.meter
+        return SimResult(
+            policy="paged", kv_slots=self.kv_slots, block_size=self.block_manager.block_size,
+            token_frac=s["token"], reservation_frac=s["reservation"], internal_frac=s["internal"],
+            rounding_frac=s["rounding"], free_frac=s["free"],
+            avg_batch=m.batch_sum / max(1, m.steps), steps=m.steps, total_steps=self.steps,
+            seconds=self.clock, preemptions=self.scheduler.num_preemptions, peak_held=m.peak_held,
+            generated=np.array([len(s.output) for s in self.seqs], dtype=np.int64),
+            finish_steps=np.array(self.finish_step, dtype=np.int64),
+            latency_s=np.array(self.finish_s) - self.arrivals,
+            output_lens=np.array([s.max_new_tokens for s in self.seqs], dtype=np.int64))
