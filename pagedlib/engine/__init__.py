@@ -3,9 +3,9 @@
 ==============  ========================================================  =========
 module          idea                                                      chapters
 ==============  ========================================================  =========
-``scheduler``   continuous batching: token budget, chunked prefill,       10, 11
-                vLLM v1's and Sarathi-Serve's orders, admission
-                policies, preemption, undoing a failed step
+``scheduler``   continuous batching: token budget, chunked prefill,       10, 11, 12
+                vLLM v1's, Sarathi-Serve's and vLLM v0's orders,
+                admission policies, preemption, undoing a failed step
 ``batch``       one step's tokens as one flat ``PagedBatch``              10
 ``sampling``    ``SamplingParams``, greedy and sampled next tokens        10
 ``requests``    the checks a request passes before it is queued          10

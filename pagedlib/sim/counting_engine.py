@@ -14,7 +14,12 @@
 
 Nothing here decides what the engine decides: the simulator's vLLM is the engine's scheduler.
 ``max_num_seqs`` and ``max_num_batched_tokens`` default to limits that never bind (the paper's runs
-were limited by memory), so every prompt is computed whole in its first step.
+were limited by memory), so every prompt is computed whole in its first step. The default order,
+``scheduling="vllm"``, is that of the vLLM the paper measured (v0.1: grow the running requests,
+preempting the newest when blocks run out, then admit new prompts into the same step; nobody is
+admitted past a request preempted in that step); ``"prefill_first"`` is vLLM v0's from August 2023
+on. The paper's vLLM also kept a 1% watermark of free blocks at admission, which this leaves out
+(see :mod:`pagedlib.sim`).
 
 It counts as the engine does: the token sampled in a step has no K/V until the next step computes it,
 and the last one never does, so a request of ``p`` prompt and ``o`` output tokens holds at most
