@@ -254,6 +254,12 @@ def test_figures_have_titles_labels_and_legends():
         assert phone_text_px(fig)[0] >= PHONE_TEXT_PX, (ax.get_title(), phone_text_px(fig))
         plt.close(fig)
     assert figs[2].axes[0].get_xlabel() == "page size (tokens per block)"
+    runs = {b: simulate(w, "paged", block_size=b) for b in (16, 64)}   # runs already made
+    fig = plots.sim_waste_vs_block_size(results=runs)
+    bars = [p.get_height() for p in fig.axes[0].patches[:2]]           # token shares, one per size
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["16", "64"]
+    assert bars == pytest.approx([100 * runs[16].token_frac, 100 * runs[64].token_frac])
+    plt.close(fig)
 
 
 def test_prefill_first_scheduling_more_than_doubles_the_alpaca_batch():

@@ -1,4 +1,4 @@
-"""Figures of the simulator chapter (10): the PagedAttention paper's memory results, simulated.
+"""Figures of the simulator chapters (11 and 12): the PagedAttention paper's results, simulated.
 
 Each function takes the results of :func:`pagedlib.sim.simulate` (or runs the simulations itself when
 given none) and draws them beside the paper's numbers.
@@ -87,15 +87,20 @@ def paper_figure13(results: dict[str, SimResult] | None = None, workload: Worklo
 
 
 def sim_waste_vs_block_size(block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
-                            workload: Workload | None = None, kv_slots: int | None = None):
+                            workload: Workload | None = None, kv_slots: int | None = None, *,
+                            results: dict[int, SimResult] | None = None):
     """Paged policy: the pool's shares vs page size (saturated queue; default 1,000 ShareGPT requests).
 
-    Small pages waste almost nothing; big ones let the unused tail of each request's last page
-    (reserved for tokens to come, or never filled) creep back, and fewer requests fit.
+    ``results`` maps page size -> :class:`SimResult` of runs already made (then ``block_sizes``,
+    ``workload`` and ``kv_slots`` are not used). Small pages waste almost nothing; big ones let the
+    unused tail of each request's last page (reserved for tokens to come, or never filled) creep
+    back, and fewer requests fit.
     """
-    workload = workload or Workload.sharegpt(1000, seed=0)
-    extra = {} if kv_slots is None else {"kv_slots": kv_slots}
-    runs = [simulate(workload, "paged", block_size=b, **extra) for b in block_sizes]
+    if results is None:
+        workload = workload or Workload.sharegpt(1000, seed=0)
+        extra = {} if kv_slots is None else {"kv_slots": kv_slots}
+        results = {b: simulate(workload, "paged", block_size=b, **extra) for b in block_sizes}
+    block_sizes, runs = list(results), list(results.values())
     x = np.arange(len(block_sizes))
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 4.5), layout="constrained")
     bottom = np.zeros(len(runs))

@@ -54,7 +54,7 @@ is within 2.2 points of the paper (2.5 over seeds 0-2). Where they miss, and why
   12 GB for vLLM, or longer real requests, would both do it); we do not tune for it.
 - At 2 requests/s (rather than a saturated queue) vLLM's token share averages 90.9%, not 96.3%: the
   first ~200 s of the 1,000 s trace are a ramp-up before the queue builds; after it the share is 96%.
-- Alpaca at 30 requests/s (not a target): Max 7.00, Pow2 43.7, Oracle 71.5 match the paper's 7.00,
+- Alpaca at 30 requests/s (not a target): Max 7.00, Pow2 43.3, Oracle 71.5 match the paper's 7.00,
   43.24, 72.75, but paging gives 71.8 vs 132.44: in our time model vLLM keeps up with 30 requests/s
   there, so its batch is set by the arrivals, not by memory. The scheduler matters as much as the
   clock: with vLLM v0's later prefill-only iterations (``scheduling="prefill_first"``) the batch is

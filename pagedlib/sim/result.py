@@ -10,8 +10,8 @@ Every slot of the pool is, at each step, in exactly one of five states:
 
 The Orca baselines keep these counts in their pool (:class:`pagedlib.sim.reservation.ReservationPool`);
 under paging the meter reads them from the engine's own state (:meth:`Meter.record_blocks`): a
-sequence's K/V from its ``num_computed_tokens``, its slots from its block table in the block manager,
-and the blocks held from the block manager's count. Under paging a request holds no reservation beyond
+sequence's K/V from its ``num_computed_tokens``, its slots from the block manager (the whole blocks
+holding the slots it was given), and the blocks held from the block manager's count. Under paging a request holds no reservation beyond
 its last block, so the tail of that block is split: the part its own later tokens fill is reservation,
 the part past its final token internal fragmentation.
 
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from ..validation import cdiv
 
 SHARES = ("token", "reservation", "internal", "rounding", "free")
 
@@ -53,12 +55,14 @@ class Meter:
 
     def record_blocks(self, block_manager, running, kv_at_end: Sequence[int]) -> None:
         """One step of the paged policy, read from the engine: each running sequence's K/V
-        (``num_computed_tokens``), the slots of its blocks (its block table), what it will hold at
-        its end (``kv_at_end[seq_id]``), and the blocks in use (the block manager's count)."""
+        (``num_computed_tokens``), the slots of its blocks (the whole blocks that hold the slots the
+        block manager gave it), what it will hold at its end (``kv_at_end[seq_id]``), and the
+        blocks in use (the block manager's count)."""
         bs, tokens, useful = block_manager.block_size, 0, 0
         for seq in running:
             tokens += seq.num_computed_tokens
-            useful += min(len(block_manager.block_table(seq.seq_id)) * bs, kv_at_end[seq.seq_id])
+            slots = cdiv(block_manager.num_tokens(seq.seq_id), bs) * bs   # its blocks, unshared
+            useful += min(slots, kv_at_end[seq.seq_id])
         held = block_manager.num_used_blocks * bs       # a block is reserved whole: no rounding
         self.record(tokens, useful, held, held, len(running))
 
