@@ -20,13 +20,14 @@ counts as external fragmentation, as the paper's "external fragmentation and oth
 ``pagedlib.engine.scheduler.Scheduler`` over ``pagedlib.memory.block_manager.BlockManager``: 16-slot
 blocks taken as the computed tokens need them, the newest request preempted (and later recomputed)
 when none is free, in vLLM's order (the running decode, then new prompts join the same step: vLLM's
-scheduler until August 2023, when the paper's experiments ran, and vLLM v1's);
-``scheduling="prefill_first"`` gives the prefill-only steps of vLLM v0 from August 2023 on. Shares are averaged over steps up to the admission of the last request. Poisson
-arrivals need seconds per step: see :mod:`pagedlib.sim.timing` (a linear cost model of OPT-13B on an
-A100 at 50% efficiency, an assumption).
+scheduler until August 2023, the one of the paper's time, and vLLM v1's);
+``scheduling="prefill_first"`` gives the prefill-only steps of vLLM v0 from August 2023 on. Shares
+are averaged over steps up to the admission of the last request. Poisson arrivals need seconds per
+step: see :mod:`pagedlib.sim.timing` (a linear cost model of OPT-13B on an A100 at 50% efficiency,
+an assumption).
 
 How close to the paper (2,000 ShareGPT requests, seed 0; seeds 1-2 move each share by up to 1.5
-points and each batch by up to 1.2):
+points and each batch at 2 requests/s by up to 1.2):
 
 ==============  ================  ================  ================  ================  =============
 policy          token %           reservation %     internal %        external %        batch @2 req/s

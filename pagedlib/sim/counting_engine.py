@@ -60,7 +60,8 @@ class CountingEngine:
         self.block_manager = BlockManager(kv_slots // block_size, block_size)
         seats = max_num_seqs if max_num_seqs is not None else max(1, len(prompt_lens))  # never binds
         self.scheduler = Scheduler(self.block_manager, seats, max_num_batched_tokens, scheduling=scheduling)
-        self.seqs = [self._checked(i, int(p), int(o)) for i, (p, o) in enumerate(zip(prompt_lens, output_lens))]
+        self.seqs = [self._checked(i, int(p), int(o))
+                     for i, (p, o) in enumerate(zip(prompt_lens, output_lens))]
         self.kv_at_end = [len(s.prompt) + s.max_new_tokens - 1 for s in self.seqs]   # by seq_id
         order = np.argsort(arrivals, kind="stable")
         self.pending = deque(self.seqs[i] for i in order)   # not arrived yet, by arrival time
@@ -78,7 +79,8 @@ class CountingEngine:
                                    num_blocks=self.block_manager.num_usable_blocks,
                                    max_num_seqs=self.scheduler.max_num_seqs)
         except ValueError as exc:
-            raise ValueError(f"{exc} In the simulator: raise kv_slots (or max_len), or drop the request.") from None
+            raise ValueError(f"{exc} In the simulator: raise kv_slots (or max_len), or drop the "
+                             "request.") from None
         return SeqState(seq_id=i, request_id=i, prompt=tokens, params=params)
 
     def run(self) -> "CountingEngine":
