@@ -5,7 +5,8 @@ Three pieces, each in its own module, meet here:
 - the **block manager** (``pagedlib.memory.block_manager``) owns the cache's blocks: who holds which, shared
   prompt blocks, cached prefixes; block 0 is its null block, which padding names;
 - the **scheduler** (``pagedlib.engine.scheduler``) decides, each step, which tokens run, within a token
-  budget, in vLLM v1's order (``scheduling="vllm"``) or Sarathi-Serve's (``"decode_first"``), admitting
+  budget, in vLLM v1's order (``scheduling="vllm"``), Sarathi-Serve's (``"decode_first"``) or vLLM v0's
+  prompts-or-decodes steps (``"prefill_first"``), admitting
   by one of three policies (``admission="on_demand"``, ``"guaranteed"``, ``"estimated"``); blocks are
   taken as the computed tokens need them, and the newest sequence is preempted when they run out;
 - the **model** (``pagedlib.models``) computes the scheduled tokens, reading and writing K/V through
@@ -64,7 +65,8 @@ class LLM:
     ``max_num_seqs`` sequences at once and at most ``max_num_batched_tokens`` tokens per step
     (``None``: no limit, every prompt whole).
 
-    ``scheduling``: ``"vllm"`` (vLLM v1's order) or ``"decode_first"`` (Sarathi-Serve's);
+    ``scheduling``: ``"vllm"`` (vLLM v1's order), ``"decode_first"`` (Sarathi-Serve's) or
+    ``"prefill_first"`` (vLLM v0's: a step of prompts, or of decodes when no prompt runs);
     ``long_prefill_token_threshold``: the most tokens one prefill takes per step (0: no cap, as in
     vLLM); ``admission``: ``"on_demand"`` (vLLM), ``"guaranteed"`` (TensorRT-LLM's
     GUARANTEED_NO_EVICT) or ``"estimated"`` (SGLang's new_token_ratio), see
