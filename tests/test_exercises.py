@@ -366,30 +366,30 @@ def _exercise_notebook():
     nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
                 nbformat.v4.new_code_cell("from pagedlib.exercises import ch04 as ex\n"
                                           "def f(n, p):\n    raise NotImplementedError\n"
-                                          "ex.pages_for.check(f)"),
-                nbformat.v4.new_code_cell("# Uncomment for help:\n# ex.pages_for.hint()"),
+                                          "ex.blocks_for.check(f)"),
+                nbformat.v4.new_code_cell("# Uncomment for help:\n# ex.blocks_for.hint()"),
                 nbformat.v4.new_markdown_cell("Next exercise."),
                 nbformat.v4.new_code_cell("ex.append_token.check(...)"),
-                nbformat.v4.new_code_cell("ex.pages_for.check(lambda n, p: 0)")]  # a second check: no 2nd help
+                nbformat.v4.new_code_cell("ex.blocks_for.check(lambda n, p: 0)")]  # a second check: no 2nd help
     return nb
 
 
 def test_sync_writes_one_help_cell_per_exercise_after_its_help_cell_and_is_idempotent(monkeypatch):
     sync = _sync_module()
     nb = _exercise_notebook()
-    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token, ch04.pages_for"]
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token, ch04.blocks_for"]
     kinds = [("help:" + c.metadata["pagedlib"]["exercise_help"]) if sync.is_help_cell(c) else c.cell_type
              for c in nb.cells]
-    assert kinds == ["markdown", "code", "code", "help:ch04.pages_for", "markdown", "code",
+    assert kinds == ["markdown", "code", "code", "help:ch04.blocks_for", "markdown", "code",
                      "help:ch04.append_token", "code"]
     help_cell = nb.cells[3]
-    assert help_cell.source == EXERCISES["ch04.pages_for"].help_html()
+    assert help_cell.source == EXERCISES["ch04.blocks_for"].help_html()
     assert help_cell.metadata["tags"] == ["exercise-help"]
     before = [dict(c) for c in nb.cells]
     assert sync.sync_exercise_help(nb) == [] and [dict(c) for c in nb.cells] == before   # idempotent
     # a changed hint in the registry is drift, and the cell is rewritten
-    monkeypatch.setattr(EXERCISES["ch04.pages_for"], "hints", ["new concept", "new approach", "new code"])
-    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.pages_for"]
+    monkeypatch.setattr(EXERCISES["ch04.blocks_for"], "hints", ["new concept", "new approach", "new code"])
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.blocks_for"]
     assert "new approach" in nb.cells[3].source
     # an exercise whose check cell is gone loses its help cell
     del nb.cells[5]

@@ -21,13 +21,13 @@ T4, A100, H100 = (7, 5), (8, 0), (9, 0)
 # ---- the choices ---------------------------------------------------------------------------------
 def test_a_t4_gets_small_tiles_and_no_pipeline():
     cfg = launch_config(128, torch.float16, 4, T4)
-    assert (cfg.tile, cfg.block_m, cfg.num_warps, cfg.num_stages) == (16, 16, 4, 1)
+    assert (cfg.tile, cfg.tile_m, cfg.num_warps, cfg.num_stages) == (16, 16, 4, 1)
 
 
 @pytest.mark.parametrize("capability", [A100, H100, (8, 9)])
 def test_tensor_core_gpus_get_16_kb_tiles_and_three_stages(capability):
     cfg = launch_config(128, torch.float16, 8, capability)
-    assert (cfg.tile, cfg.block_m, cfg.num_warps, cfg.num_stages) == (64, 32, 4, 3)
+    assert (cfg.tile, cfg.tile_m, cfg.num_warps, cfg.num_stages) == (64, 32, 4, 3)
     wide = launch_config(256, torch.bfloat16, 8, capability)
     assert (wide.tile, wide.num_warps) == (32, 8)
 
@@ -35,7 +35,7 @@ def test_tensor_core_gpus_get_16_kb_tiles_and_three_stages(capability):
 def test_fp32_runs_on_cuda_cores_at_full_precision_with_small_tiles_everywhere():
     for capability in (T4, A100, H100):
         cfg = launch_config(64, torch.float32, 1, capability)
-        assert (cfg.tile, cfg.block_m, cfg.dot_precision) == (16, 16, "ieee")
+        assert (cfg.tile, cfg.tile_m, cfg.dot_precision) == (16, 16, "ieee")
     assert launch_config(64, torch.float16, 1, H100).dot_precision == "tf32"
 
 
@@ -53,7 +53,7 @@ def test_more_query_rows_or_wider_heads_get_eight_warps():
 
 def test_the_interpreter_uses_big_tiles():
     cfg = launch_config(128, torch.float32, 4, None)
-    assert (cfg.tile, cfg.block_m) == (32, 32)
+    assert (cfg.tile, cfg.tile_m) == (32, 32)
 
 
 @pytest.mark.parametrize("head_dim,group,match", [(0, 1, "head_dim"), (64.0, 1, "head_dim"),
@@ -68,12 +68,12 @@ def test_bad_shapes_are_refused_by_name(head_dim, group, match):
 @pytest.mark.parametrize("head_dim", [64, 80, 96, 112, 128, 256])
 @pytest.mark.parametrize("group", [1, 4, 8])
 def test_the_varlen_tile_packs_tokens_x_group_into_decodes_rows(capability, dtype, head_dim, group):
-    """paged_attention_varlen's tile is decode's: group_pad rows (16 here), now block_q tokens x the
+    """paged_attention_varlen's tile is decode's: group_pad rows (16 here), now tile_q tokens x the
     group, with decode's tile, warps and stages, so its registers are decode's (no spills)."""
     cfg = launch_config(head_dim, dtype, group, capability)
     meta, decode = launch.varlen_meta(cfg, 16), launch.decode_meta(cfg, 16)
-    assert meta["BLOCK_M"] == cfg.group_pad == 16
-    assert meta["BLOCK_Q"] == 16 // group and meta["BLOCK_Q"] * group <= meta["BLOCK_M"]
+    assert meta["TILE_M"] == cfg.group_pad == 16
+    assert meta["TILE_Q"] == 16 // group and meta["TILE_Q"] * group <= meta["TILE_M"]
     assert meta["SPLIT_Q"] == launch.VARLEN_SPLIT_Q
     for key in ("TILE", "HEAD_DIM_PAD", "num_stages", "DOT_PRECISION"):
         assert meta[key] == decode[key], key
@@ -84,7 +84,7 @@ def test_the_varlen_tile_packs_tokens_x_group_into_decodes_rows(capability, dtyp
 
 
 def test_the_varlen_split_rule_counts_the_grids_tiles():
-    cfg = launch_config(128, torch.float16, 8, H100)                             # block_q 2
+    cfg = launch_config(128, torch.float16, 8, H100)                             # tile_q 2
     # 4 decode rows, 8 KV heads: 4 // 2 + 4 = 6 tiles x 8 heads = 48 programs on 132 SMs: split
     assert launch.varlen_grid(4, 4, 8, cfg, 1) == (6, 8, 1)
     assert launch.varlen_num_splits(4, 4, 8, cfg, 8192, 132) == launch.choose_num_splits(6, 8, 8192, 132) > 1

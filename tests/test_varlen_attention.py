@@ -224,11 +224,11 @@ def test_large_scores_do_not_overflow_exp2():
 
 def test_grid_is_an_upper_bound_from_shapes_alone():
     cfg = launch_config(64, torch.float16, 8, (9, 0))
-    assert cfg.block_q == 2                                              # 16 rows = 2 tokens x 8 heads
+    assert cfg.tile_q == 2                                               # 16 rows = 2 tokens x 8 heads
     rng = random.Random(0)
     for _ in range(200):
         chunks = [rng.choice([0, 1, 1, 2, 3, rng.randrange(60)]) for _ in range(rng.randrange(1, 9))]
-        needed = sum(-(-c // cfg.block_q) for c in chunks)
+        needed = sum(-(-c // cfg.tile_q) for c in chunks)
         assert varlen_grid(sum(chunks), len(chunks), 1, cfg, 1)[0] >= needed
 
 

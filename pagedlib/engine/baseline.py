@@ -14,7 +14,7 @@ from typing import Sequence as Seq
 
 import torch
 
-from ..memory.capacity import pages_for
+from ..memory.capacity import blocks_for
 from .llm import LLM, SamplingParams
 from ..models.layers import PagedModel
 from .metrics import ReservedStepRecord
@@ -30,7 +30,7 @@ class ReserveMaxScheduler(Scheduler):
     def __init__(self, block_manager, max_num_seqs: int, max_len: int, max_num_batched_tokens: int | None = None,
                  **kwargs):
         super().__init__(block_manager, max_num_seqs, max_num_batched_tokens, admission="guaranteed", **kwargs)
-        self.blocks_per_seq = pages_for(max_len, block_manager.block_size)
+        self.blocks_per_seq = blocks_for(max_len, block_manager.block_size)
 
     def _blocks_at_most(self, seq: SeqState) -> int:
         return self.blocks_per_seq              # n samples reserve n times: nothing is shared
@@ -59,7 +59,7 @@ class ReserveMaxLLM(LLM):
             raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
                              f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
                              "raise max_len.")
-        if params.n * pages_for(self.max_len, self.block_size) > self.num_blocks:
+        if params.n * blocks_for(self.max_len, self.block_size) > self.num_blocks:
             raise ValueError(f"prompts[{index}]: n = {params.n} reservations of max_len = {self.max_len} tokens "
                              f"need more than the whole cache ({self.num_blocks} blocks of {self.block_size}), "
                              "so it could never be admitted; raise num_blocks or lower n or max_len.")

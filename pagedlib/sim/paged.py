@@ -9,7 +9,7 @@ it is recomputed later from its prompt plus the tokens it had generated.
 """
 from __future__ import annotations
 
-from ..memory.capacity import pages_for
+from ..memory.capacity import blocks_for
 from .request import SimRequest
 
 
@@ -34,7 +34,7 @@ class PagedPool:
 
     def check(self, r: SimRequest) -> None:
         """Raise a ValueError if ``r`` could never run under this pool."""
-        pages = pages_for(r.need, self.block_size)
+        pages = blocks_for(r.need, self.block_size)
         if pages > self.num_blocks - self.watermark_blocks:
             raise ValueError(f"request {r.rid} needs {pages} pages of {self.block_size} slots but the "
                              f"pool has {self.num_blocks} (keeping {self.watermark_blocks} free); "
@@ -43,7 +43,7 @@ class PagedPool:
     def admit(self, r: SimRequest) -> bool:
         """Give ``r`` pages for its tokens so far and the one it generates next; False (nothing
         changed) if fewer than the watermark's pages would stay free."""
-        pages = pages_for(r.stored + 1, self.block_size)
+        pages = blocks_for(r.stored + 1, self.block_size)
         if self.free_blocks - pages < self.watermark_blocks:
             return False
         self._give(r, pages)
