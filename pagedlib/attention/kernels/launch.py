@@ -173,10 +173,11 @@ def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
     ``tile_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
     meta = dict(GROUP=cfg.group, TILE_M=cfg.group_pad, TILE_Q=cfg.tile_q, SPLIT_Q=VARLEN_SPLIT_Q,
                 **_loop_meta(cfg, block_size))
-    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256:
+    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256 and cfg.group_pad == MIN_DOT_ROWS:
         # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
         # on sm_75 and sm_80 (group 1, ``bench kernels --resources``); 4 warps hold it in about 160
-        # registers with no spill
+        # registers with no spill. A tile of more rows (a group past 16) keeps decode's 8 warps: with
+        # 4, group 32 spilled 1,144 bytes per thread on sm_90
         meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
     return meta
 
