@@ -21,7 +21,8 @@ them in one launch, with the two ideas of chapters 8 and 9 combined:
   attend in one pass (their split programs > 0 exit at once).
 - **exp2.** Scores are computed in base 2: ``log2(e)`` is folded into ``scale``, so
   ``exp(x * scale) = exp2(x * scale * log2(e))`` and the softmax costs one ``exp2`` per score (the
-  GPU's native instruction). Maxima and log-sum-exps are in base 2 too.
+  GPU's native instruction). Maxima and log-sum-exps are in base 2 too. The loop over the keys is
+  chapter 8's ``attend_tiles``, with its compile-time switch ``BASE2`` on.
 - **No NaN from masked tiles.** A row may see no key in a whole tile or a whole split (the causal
   mask, an empty split); its running max stays ``-inf`` and ``exp2(-inf - -inf)`` would be NaN, so
   the max is replaced by 0 where it is still ``-inf``. Cache slots a sequence does not own (past
@@ -32,7 +33,7 @@ import math
 import triton
 import triton.language as tl
 
-from .decode import normalise
+from .decode import attend_tiles, normalise
 
 LOG2E = 1.4426950408889634     # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -94,48 +95,6 @@ def find_sequence(query_start_loc, tile, num_seqs, TILE_Q: tl.constexpr):
 
 
 @triton.jit
-def attend_range(q, q_pos, start, stop, table_row, key_cache, value_cache,
-                 stride_kb, stride_kt, stride_vb, stride_vt, kv_head_k, kv_head_v, qk_scale,
-                 BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """``attend_tiles`` (chapter 8) in base 2 and safe for rows that see nothing.
-
-    Attends rows ``q [ROWS, HEAD_DIM_PAD]`` (row positions ``q_pos [ROWS]``, causal) to keys
-    ``start .. stop - 1``. ``qk_scale`` is ``scale * log2(e)``. Returns ``acc [ROWS, HEAD_DIM_PAD]``,
-    the base-2 running max ``m_i [ROWS]`` (``-inf`` for a row that saw no key) and the sum ``l_i``.
-    """
-    acc = tl.zeros(q.shape, dtype=tl.float32)                      # [ROWS, HEAD_DIM_PAD]
-    m_i = tl.full([q.shape[0]], float("-inf"), dtype=tl.float32)   # [ROWS]
-    l_i = tl.zeros([q.shape[0]], dtype=tl.float32)                 # [ROWS]
-    offs_t = tl.arange(0, TILE)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    d_ok = offs_d < HEAD_DIM
-    for tile_start in range(start, stop, TILE):
-        pos = tile_start + offs_t                                  # [TILE] key positions
-        t_ok = pos < stop
-        block = tl.load(table_row + pos // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
-        offset = (pos % BLOCK_SIZE).to(tl.int64)
-        kv_mask = t_ok[:, None] & d_ok[None, :]                    # [TILE, HEAD_DIM_PAD]
-        k = tl.load(key_cache + (block * stride_kb + offset * stride_kt + kv_head_k)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(value_cache + (block * stride_vb + offset * stride_vt + kv_head_v)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale   # [ROWS, TILE], base 2
-        visible = t_ok[None, :] & (pos[None, :] <= q_pos[:, None])
-        scores = tl.where(visible, scores, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))            # [ROWS]
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)      # a row that has seen nothing: no -inf - -inf
-        alpha = tl.exp2(m_i - m_safe)                              # 0 while m_i is -inf
-        p = tl.exp2(scores - m_safe[:, None])                      # [ROWS, TILE]; 0 where masked
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
-    return acc, m_i, l_i
-
-
-@triton.jit
 def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, block_tables, seq_lens,
                   query_start_loc, qk_scale, num_seqs, num_splits,
                   stride_qt, stride_qh, stride_ot, stride_oh,
@@ -184,10 +143,10 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
     start = tl.minimum(split * share, end)
     stop = tl.minimum(start + share, end)                          # start == stop: an empty split
 
-    acc, m_i, l_i = attend_range(q, q_pos, start, stop, block_tables + seq.to(tl.int64) * stride_bt,
+    acc, m_i, l_i = attend_tiles(q, q_pos, start, stop, block_tables + seq.to(tl.int64) * stride_bt,
                                  key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
                                  kv_head * stride_kh, kv_head * stride_vh, qk_scale,
-                                 BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
+                                 BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION, BASE2=True)
     result = normalise(acc, l_i)                                   # [TILE_M, HEAD_DIM_PAD]; 0 if no key
 
     # one pass: straight to the output (the scalar choice as a [TILE_M] tensor: the interpreter
