@@ -8,8 +8,9 @@ Each case is a random mix of decode rows (one new token over a cached context) a
 like every other slot no sequence owns. A kernel that reads one of them gives NaN, and fails.
 
 The interpreter runs on two shared CPU cores, so the default run takes a seeded sample of the grid in
-which every listed value appears at least once (``SAMPLE``); the full grid runs on a GPU only
-(``scripts/gpu_check.sh``), where it is compiled.
+which every listed value appears at least once (``SAMPLE``, marked slow: the quick loop keeps the
+pieces below, every path of the kernel, one pass, split, empty splits and exits, at small head dims
+in fp32 and fp16); the full grid runs on a GPU only (``scripts/gpu_check.sh``), where it is compiled.
 Tolerances as in tests/test_attention.py: fp32 1e-5, fp16 3e-3 (probabilities go to P @ V in fp16).
 """
 import itertools
@@ -164,6 +165,7 @@ def grid_case(case, num_splits, seed: int, longest: int = 2048, num_seqs: int = 
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
+@pytest.mark.slow   # an interpreter grid, about 75 s of CPU: `make test` and CI run it, `make unit` leaves it out
 @pytest.mark.parametrize("case", SAMPLE, ids=case_id)
 def test_mixed_batch_matches_the_reference(case):
     # split-K on (num_splits 3) for the sample: every case runs both paths, the split and the one-pass;
