@@ -1,7 +1,7 @@
 # Paged attention from scratch: two commands do everything.
 #   make test   unit tests + every notebook under nbval (stored outputs must be current)
 #   make book   the static website, built strictly, into _build/html
-#   make unit   the quick loop: unit tests without the slow ones (about 3 minutes on 2 cores)
+#   make unit   the quick loop: unit tests without the slow ones (about a minute on 2 cores)
 #   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
 #   make peer-record  chapter 10's pagedlib vs transformers record (about 25 minutes, a quiet machine)
 # Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
@@ -15,6 +15,12 @@ export PYTHONHASHSEED := 0
 # One torch thread per process: the tests run two processes on two cores, and notebooks are executed
 # and checked with the same setting so their stored outputs reproduce exactly.
 export OMP_NUM_THREADS ?= 1
+# Triton's compile cache: the ahead-of-time resource test compiles about 360 kernels for sm_75/80/90
+# (minutes cold, seconds warm). Set TRITON_CACHE_DIR to keep it somewhere (CI restores it between
+# runs); it is safe to reuse because Triton's cache key hashes each kernel's source and the source of
+# every @triton.jit function it calls, its signature and constexprs, the target and ptxas version,
+# the compile options and Triton's own code (triton/runtime/cache.py): anything changed compiles afresh.
+export TRITON_CACHE_DIR ?= $(HOME)/.triton/cache
 
 .PHONY: test book lab serve notebooks unit nbval browser drift peer-record clean
 
@@ -33,7 +39,8 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile tests notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600
 
-# the quick loop: every test but the slow ones (browser, notebook runs, fresh venvs, subprocesses)
+# the quick loop: every test but the slow ones (browser, notebook runs, fresh venvs, subprocesses,
+# ahead-of-time compiles, long interpreter grids)
 unit: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
 

@@ -2,7 +2,7 @@
  * "Try it": reserve-max vs paged KV-cache layouts, computed in the browser.
  *
  * The published book has no Python kernel, so this page redoes the capacity math of
- * pagedlib/capacity.py (reserve_max_plan, paged_plan, Plan.capacity) in plain JavaScript and
+ * pagedlib/memory/capacity.py (reserve_max_plan, paged_plan, Plan.capacity) in plain JavaScript and
  * draws it. tests/test_try_paging.py opens the page in headless Chromium and checks every number
  * against pagedlib itself. No framework and no network: the file works from file:// as well as
  * from the website.
@@ -18,12 +18,12 @@
   var MAX_SLOTS = 1048576;                       // a sane upper bound for max length and pool size
 
   // ---------------------------------------------------------------------------------------------
-  // The capacity math (the same formulas as pagedlib.capacity)
+  // The capacity math (the same formulas as pagedlib.memory.capacity)
   // ---------------------------------------------------------------------------------------------
 
-  /** Whole pages needed to hold `length` tokens: ceil(length / pageSize). */
-  function pagesFor(length, pageSize) {
-    return Math.floor((length + pageSize - 1) / pageSize);
+  /** Whole blocks (pages) needed to hold `length` tokens: ceil(length / blockSize), as blocks_for. */
+  function blocksFor(length, blockSize) {
+    return Math.floor((length + blockSize - 1) / blockSize);
   }
 
   function sum(values) {
@@ -37,8 +37,8 @@
   }
 
   /** Every request gets just enough whole pages: the last page's unused tail is the only waste. */
-  function pagedPlan(lengths, pageSize) {
-    var perRequest = lengths.map(function (n) { return pagesFor(n, pageSize) * pageSize; });
+  function pagedPlan(lengths, blockSize) {
+    var perRequest = lengths.map(function (n) { return blocksFor(n, blockSize) * blockSize; });
     return { lengths: lengths, perRequest: perRequest, used: sum(lengths), allocated: sum(perRequest) };
   }
 
@@ -157,7 +157,7 @@
     });
     this.state = {
       mode: "reserve",
-      pageSize: 16,
+      blockSize: 16,
       lengths: SEED_LENGTHS.slice(),
       maxLen: 2048,
       pool: 40960
@@ -173,7 +173,7 @@
   TryPaging.prototype.readInitialControls = function () {
     var el = this.el;
     this.state.mode = el["mode-paged"].checked ? "paged" : "reserve";
-    this.state.pageSize = Math.pow(2, Number(el["page-size"].value));
+    this.state.blockSize = Math.pow(2, Number(el["page-size"].value));
     var maxLen = parseWholeNumber(el["max-len"].value, "max length");
     if (maxLen.value) { this.state.maxLen = maxLen.value; }
     var pool = parseWholeNumber(el["pool-size"].value, "pool size");
@@ -188,7 +188,7 @@
     el["mode-reserve"].addEventListener("change", onMode);
     el["mode-paged"].addEventListener("change", onMode);
     el["page-size"].addEventListener("input", function () {
-      self.update({ pageSize: Math.pow(2, Number(el["page-size"].value)) });
+      self.update({ blockSize: Math.pow(2, Number(el["page-size"].value)) });
     });
     el["lengths"].addEventListener("change", function () { self.applyLengths(); });
     el["lengths"].addEventListener("keydown", function (e) {
@@ -210,7 +210,7 @@
       // every field now holds good text: clear each one's error, message and red border
       ["lengths", "max-len", "pool-size"].forEach(function (testid) { self.accept(testid); });
       self.update({ lengths: SEED_LENGTHS.slice(), maxLen: 2048, pool: 40960,
-                    pageSize: Math.pow(2, Number(el["page-size"].value)),
+                    blockSize: Math.pow(2, Number(el["page-size"].value)),
                     mode: el["mode-paged"].checked ? "paged" : "reserve" });
     });
     el["max-len"].addEventListener("change", function () { self.applyNumber("max-len", "max length", "maxLen"); });
@@ -308,7 +308,7 @@
   TryPaging.prototype.compute = function () {
     var s = this.state;
     var reserve = reserveMaxPlan(s.lengths, s.maxLen);
-    var paged = pagedPlan(s.lengths, s.pageSize);
+    var paged = pagedPlan(s.lengths, s.blockSize);
     var plan = s.mode === "paged" ? paged : reserve;
     var reserveCapacity = capacityOf(reserve, s.pool);
     var capacity = capacityOf(plan, s.pool);
@@ -325,9 +325,9 @@
     var paged = s.mode === "paged";
 
     el["page-size"].disabled = !paged;
-    el["page-size"].setAttribute("aria-valuetext", count(s.pageSize, "token"));
-    el["page-size-value"].textContent = fmt(s.pageSize);
-    if (el["page-size-unit"]) { el["page-size-unit"].textContent = s.pageSize === 1 ? "token" : "tokens"; }
+    el["page-size"].setAttribute("aria-valuetext", count(s.blockSize, "token"));
+    el["page-size-value"].textContent = fmt(s.blockSize);
+    if (el["page-size-unit"]) { el["page-size-unit"].textContent = s.blockSize === 1 ? "token" : "tokens"; }
     this.root.setAttribute("data-mode", s.mode);
 
     setNumber(el["used"], r.plan.used, fmt(r.plan.used));
@@ -336,7 +336,7 @@
     setNumber(el["capacity"], r.capacity, fmt(r.capacity));
     setNumber(el["ratio"], r.ratio, times(r.ratio));
 
-    var layout = paged ? "Paged, " + fmt(s.pageSize) + "-token pages" : "Reserve-max, " + fmt(s.maxLen) + "-token slots";
+    var layout = paged ? "Paged, " + fmt(s.blockSize) + "-token pages" : "Reserve-max, " + fmt(s.maxLen) + "-token slots";
     var fit = fmt(r.capacity) + (r.capacity === 1 ? " request fits" : " requests fit") + " the pool";
     // the capacity is the pool over the AVERAGE allocation: say so when one request alone is too big
     var largest = Math.max.apply(null, r.plan.perRequest);
@@ -399,12 +399,12 @@
       var b = bar("tp-bar", width, segs);
       var words = "Request " + (i + 1) + ": " + count(n, "token") + " of K/V in " + fmt(alloc) + " allocated " +
         (alloc === 1 ? "slot" : "slots") +
-        (paged ? " (" + fmt(pagesFor(n, s.pageSize)) + " pages of " + s.pageSize + ", tail " + fmt(waste) + ")"
+        (paged ? " (" + fmt(blocksFor(n, s.blockSize)) + " pages of " + s.blockSize + ", tail " + fmt(waste) + ")"
           : " (padding " + fmt(waste) + ")");
       b.setAttribute("role", "img");
       b.setAttribute("aria-label", words);
       b.title = words;
-      if (paged) { addPageLines(b, alloc, width, s.pageSize, barPixels); }
+      if (paged) { addPageLines(b, alloc, width, s.blockSize, barPixels); }
       row.appendChild(b);
       fragment.appendChild(row);
     });
@@ -412,12 +412,12 @@
   };
 
   /** Thin lines at page boundaries, where pages are at least 4 pixels wide. */
-  function addPageLines(barNode, alloc, width, pageSize, barPixels) {
-    if (barPixels * pageSize / width < 4 || alloc === 0) { return; }
+  function addPageLines(barNode, alloc, width, blockSize, barPixels) {
+    if (barPixels * blockSize / width < 4 || alloc === 0) { return; }
     var grid = document.createElement("span");
     grid.className = "tp-pages";
     grid.style.width = (100 * alloc / width) + "%";
-    grid.style.backgroundSize = (100 * pageSize / alloc) + "% 100%";
+    grid.style.backgroundSize = (100 * blockSize / alloc) + "% 100%";
     barNode.appendChild(grid);
   }
 
@@ -463,7 +463,7 @@
 
   // The math, for the console and for anyone curious: tryPaging.pagedPlan([512, 37], 16)
   window.tryPaging = {
-    pagesFor: pagesFor, reserveMaxPlan: reserveMaxPlan, pagedPlan: pagedPlan,
+    blocksFor: blocksFor, reserveMaxPlan: reserveMaxPlan, pagedPlan: pagedPlan,
     wasteOf: wasteOf, capacityOf: capacityOf, parseLengths: parseLengths
   };
 

@@ -61,7 +61,8 @@ __version__ = "0.1.0"
 # public name -> module that defines it (imported on first use)
 _EXPORTS = {
     # memory
-    "pages_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
+    "blocks_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
+    "pages_for": "memory.capacity",    # blocks_for's alias, under chapter 4's first word for a block
     "Plan": "memory.capacity", "ModelSpec": "memory.capacity", "MODELS": "memory.capacity",
     "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity", "requests_that_fit": "memory.capacity",
     "ReserveMaxAllocator": "memory.allocators", "FirstFitAllocator": "memory.allocators",

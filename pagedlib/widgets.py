@@ -18,7 +18,7 @@ The recipe, for a notebook cell that shows a widget::
 
 ``static`` is a matplotlib Figure (the widget's starting state) or a short text (for a widget that
 prints, e.g. a table of its values at a few settings). Then re-execute the notebook. A course
-function that builds a widget (``page_size_explorer``) wraps it itself. tests/test_site.py checks
+function that builds a widget (``block_size_explorer``) wraps it itself. tests/test_site.py checks
 that every stored widget output has its fallback and that no page of the built site shows a widget.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from .memory.capacity import Plan, next_pow2, paged_plan, reserve_max_plan
 
-__all__ = ["page_size_summary", "page_size_explorer", "with_fallback", "WidgetWithFallback",
+__all__ = ["block_size_summary", "block_size_explorer", "with_fallback", "WidgetWithFallback",
            "TRY_IT_HREF"]
 
 # The Try-it page, relative to a chapter's page on the site (notebooks/NN_x.html).
@@ -82,27 +82,27 @@ def with_fallback(widget: Any, static: Any, *, alt: str, caption: str,
         plt.close(static)
     return WidgetWithFallback(widget, f'<div class="pagedlib-widget-fallback">{body}</div>')
 
-PAGE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 TABLE_ENTRY_BYTES = 4  # one int32 block id per page in a block table
 
 
-def page_size_summary(lengths: Sequence[int], page_size: int, pool_slots: int = 40_960,
-                      max_len: int | None = None) -> str:
+def block_size_summary(lengths: Sequence[int], block_size: int, pool_slots: int = 40_960,
+                       max_len: int | None = None) -> str:
     """One line on a paged layout: waste, block-table entries, and capacity against reserve-max.
 
     ``max_len`` (default: the next power of two at or above the longest request) sizes the
     reserve-max baseline that the capacity is compared with.
     """
-    plan = paged_plan(lengths, page_size)
+    plan = paged_plan(lengths, block_size)
     base = reserve_max_plan(lengths, max_len or _default_max_len(lengths))
     ratio = plan.capacity(pool_slots) / max(base.capacity(pool_slots), 1)
-    return (f"page size {page_size:>3}: waste {plan.waste:5.1%} | block tables {plan.num_pages:,} entries "
-            f"({plan.num_pages * TABLE_ENTRY_BYTES:,} bytes) | {plan.capacity(pool_slots)} requests fit "
+    return (f"page size {block_size:>3}: waste {plan.waste:5.1%} | block tables {plan.num_blocks:,} entries "
+            f"({plan.num_blocks * TABLE_ENTRY_BYTES:,} bytes) | {plan.capacity(pool_slots)} requests fit "
             f"{pool_slots:,} slots ({ratio:.1f}x reserve-max's {base.capacity(pool_slots)})")
 
 
-def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, start: int = 16,
-                       max_len: int | None = None, page_sizes: Sequence[int] = PAGE_SIZES):
+def block_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, start: int = 16,
+                        max_len: int | None = None, block_sizes: Sequence[int] = BLOCK_SIZES):
     """A page-size slider (plus a reserve-max / paged switch) over the rows picture of ``lengths``.
 
     Moving the slider redraws one row per request (:func:`pagedlib.plots.plot_rows`) and prints the
@@ -115,12 +115,12 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
 
     from .plots.memory import plot_rows
 
-    if start not in page_sizes:
-        raise ValueError(f"start must be one of page_sizes {list(page_sizes)}; got {start!r}")
+    if start not in block_sizes:
+        raise ValueError(f"start must be one of block_sizes {list(block_sizes)}; got {start!r}")
     max_len = max_len or _default_max_len(lengths)
     reserve_max_plan(lengths, max_len)  # validates lengths and max_len before any widget exists
     layout = widgets.ToggleButtons(options=["reserve max", "paged"], value="paged", description="layout")
-    slider = widgets.SelectionSlider(options=list(page_sizes), value=start, description="page size",
+    slider = widgets.SelectionSlider(options=list(block_sizes), value=start, description="page size",
                                      continuous_update=False)
     out = widgets.Output()
 
@@ -135,7 +135,7 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
         out.append_display_data(fig)
         plt.close(fig)
         if paged:
-            out.append_stdout(page_size_summary(lengths, slider.value, pool_slots, max_len) + "\n")
+            out.append_stdout(block_size_summary(lengths, slider.value, pool_slots, max_len) + "\n")
         else:
             out.append_stdout(f"reserve max ({max_len:,} per request): waste {plan.waste:.1%} | "
                               f"{plan.capacity(pool_slots)} requests fit {pool_slots:,} slots\n")
@@ -149,7 +149,7 @@ def page_size_explorer(lengths: Sequence[int], pool_slots: int = 40_960, *, star
         box, plot_rows(start_plan, width=max_len, pool_slots=pool_slots),
         alt=(f"{len(lengths)} rows, one per request, in pages of {start} tokens: each row is the "
              f"request's K/V in blue and at most one page's unused tail in orange."),
-        caption=page_size_summary(lengths, start, pool_slots, max_len) + ".")
+        caption=block_size_summary(lengths, start, pool_slots, max_len) + ".")
 
 
 def _default_max_len(lengths: Sequence[int]) -> int:

@@ -88,7 +88,7 @@ def load(name):                                 # the kernel files alone, not pa
     spec.loader.exec_module(mod); return mod
 TYPES = {"block_tables": "*i32", "seq_lens": "*i32", "query_start_loc": "*i32", "slot_mapping": "*i64",
          "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "num_splits": "i32"}
-META = dict(GROUP=4, GROUP_PAD=16, BLOCK_M=32, BLOCK_SIZE=16, TILE=64, HEAD_DIM=80, HEAD_DIM_PAD=128,
+META = dict(GROUP=4, GROUP_PAD=16, TILE_M=32, BLOCK_SIZE=16, TILE=64, HEAD_DIM=80, HEAD_DIM_PAD=128,
             DOT_PRECISION="tf32", SPLITS_PAD=8, NUM_KV_HEADS=3, HEADS_PAD=4)
 def source(fn, dtype):
     consts = {p.name: META[p.name] for p in fn.params if p.is_constexpr}

@@ -277,7 +277,7 @@ class ShadowKV(RuleBasedStateMachine):
         except OutOfBlocks:
             assert state(self.bm) == before
             if not self.caching:
-                assert pagedlib.pages_for(len(prompt), self.bs) > free
+                assert pagedlib.blocks_for(len(prompt), self.bs) > free
             return
         assert n_cached % self.bs == 0 and 0 <= n_cached <= len(prompt) - 1
         assert self.caching or n_cached == 0
@@ -344,7 +344,7 @@ class ShadowKV(RuleBasedStateMachine):
     def every_sequence_reads_back_its_own_tokens(self):
         for sid, tokens in self.seqs.items():
             table = self.bm.block_table(sid)
-            assert len(table) == pagedlib.pages_for(len(tokens), self.bs)
+            assert len(table) == pagedlib.blocks_for(len(tokens), self.bs)
             got = [self.kv[table[i // self.bs] * self.bs + i % self.bs] for i in range(len(tokens))]
             assert got == [tuple(tokens[:i + 1]) for i in range(len(tokens))]
 

@@ -3,21 +3,25 @@ import pytest
 
 import pagedlib
 from pagedlib.memory.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
-                               pages_for, usable_memory)
+                               blocks_for, usable_memory)
 
 SEED = [512, 37, 1900, 128, 4]
 
 
-@pytest.mark.parametrize("n, page, pages", [(0, 16, 0), (1, 16, 1), (16, 16, 1), (17, 16, 2),
-                                            (37, 16, 3), (1900, 16, 119), (5, 1, 5)])
-def test_pages_for(n, page, pages):
-    assert pages_for(n, page) == pages
+@pytest.mark.parametrize("n, block, blocks", [(0, 16, 0), (1, 16, 1), (16, 16, 1), (17, 16, 2),
+                                              (37, 16, 3), (1900, 16, 119), (5, 1, 5)])
+def test_blocks_for(n, block, blocks):
+    assert blocks_for(n, block) == blocks
 
 
-@pytest.mark.parametrize("n, page", [(5, 0), (5, -1), (-1, 16), (5, 1.5), (2.0, 4)])
-def test_pages_for_rejects_bad_input(n, page):
+@pytest.mark.parametrize("n, block", [(5, 0), (5, -1), (-1, 16), (5, 1.5), (2.0, 4)])
+def test_blocks_for_rejects_bad_input(n, block):
     with pytest.raises(ValueError):
-        pages_for(n, page)
+        blocks_for(n, block)
+
+
+def test_pages_for_is_blocks_for_under_chapter_4s_first_word():
+    assert pagedlib.pages_for is pagedlib.blocks_for and pagedlib.pages_for(37, 16) == 3
 
 
 def test_seed_lesson_reserve_max():
@@ -29,12 +33,12 @@ def test_seed_lesson_reserve_max():
 
 
 def test_seed_lesson_paged():
-    plan = pagedlib.paged_plan(SEED, page_size=16)
+    plan = pagedlib.paged_plan(SEED, block_size=16)
     assert plan.used == 2581 and plan.allocated == 2608
     assert round(plan.waste * 100, 1) == 1.0
     assert plan.capacity(40_960) == 78
     rows = plan.table()
-    assert [r["pages"] for r in rows] == [32, 3, 119, 8, 1]
+    assert [r["blocks"] for r in rows] == [32, 3, 119, 8, 1]
     assert [r["allocated"] for r in rows] == [512, 48, 1904, 128, 16]
     assert [r["tail"] for r in rows] == [0, 11, 4, 0, 12]
     assert [r["request"] for r in rows] == ["r1", "r2", "r3", "r4", "r5"]
@@ -62,7 +66,7 @@ def test_reserve_max_is_one_rule_in_every_place_that_reserves_max_len():
         assert reservation_size("max", prompt, output, max_len) == slots
         seq = SeqState(0, 0, [1] * prompt, SamplingParams(max_new_tokens=output))
         scheduler = ReserveMaxScheduler(BlockManager(64, block_size), 4, max_len)
-        assert scheduler._blocks_at_most(seq) == pages_for(slots, block_size)
+        assert scheduler._blocks_at_most(seq) == blocks_for(slots, block_size)
     for refuse in (lambda: reserve_max_slots(101, max_len),
                    lambda: ReserveMaxAllocator(1000, max_len).reservation(101),
                    lambda: reservation_size("max", 60, 41, max_len)):
@@ -76,7 +80,7 @@ def test_plan_text_shows_rows_and_totals():
     assert "74.8%" in str(pagedlib.reserve_max_plan(SEED, 2048))
 
 
-def test_waste_grows_with_page_size():
+def test_waste_grows_with_block_size():
     wastes = [pagedlib.paged_plan(SEED, p).waste for p in (1, 16, 64, 256)]
     assert wastes[0] == 0 and wastes == sorted(wastes) and wastes[-1] > 0.1
 
@@ -173,7 +177,7 @@ def test_numpy_integers_are_accepted():
     import numpy as np
     plan = pagedlib.paged_plan(np.array(SEED), np.int64(16))
     assert plan.allocated == 2608 and plan.capacity(np.int64(40_960)) == 78
-    assert pages_for(np.int32(37), 16) == 3
+    assert blocks_for(np.int32(37), 16) == 3
     assert type(plan.rows[0].length) is int
 
 

@@ -3,7 +3,7 @@ import pytest
 
 from pagedlib.claims import ClaimFailed, claim
 
-DEFAULTS = {"lengths": [512, 37, 1900, 128, 4], "page_size": 16}
+DEFAULTS = {"lengths": [512, 37, 1900, 128, 4], "block_size": 16}
 
 
 def test_a_claim_that_holds_is_quiet(capsys):
@@ -18,10 +18,10 @@ def test_a_failing_claim_on_the_chapters_settings_raises():
 
 
 def test_a_failing_claim_on_changed_settings_names_the_change(capsys):
-    mine = {**DEFAULTS, "page_size": 64}
+    mine = {**DEFAULTS, "block_size": 64}
     assert claim(False, "waste is 1.0%", settings=mine, defaults=DEFAULTS) is False
     out = capsys.readouterr().out
-    assert "waste is 1.0%" in out and "page_size = 64 (the chapter uses 16)" in out
+    assert "waste is 1.0%" in out and "block_size = 64 (the chapter uses 16)" in out
     assert "lengths" not in out                         # only what changed is named
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pagedlib import DEVICE, GPT2, LLM, SamplingParams
 from pagedlib.engine.baseline import ReserveMaxLLM
-from pagedlib.memory.capacity import pages_for, reserve_max_slots
+from pagedlib.memory.capacity import blocks_for, reserve_max_slots
 
 transformers.logging.set_verbosity_error()
 
@@ -360,7 +360,7 @@ def test_random_workloads_keep_the_invariants_and_match_transformers(requests, b
     if reserve:
         llm = ReserveMaxLLM(paged_model(), num_blocks, block_size, max_num_seqs, max_len=32,
                             max_num_batched_tokens=budget)
-        if pages_for(reserve_max_slots(1, 32), block_size) > num_blocks:   # one reservation never fits
+        if blocks_for(reserve_max_slots(1, 32), block_size) > num_blocks:   # one reservation never fits
             return
     else:
         llm = LLM(paged_model(), num_blocks, block_size, max_num_seqs, enable_prefix_caching=prefix,

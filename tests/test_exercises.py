@@ -59,11 +59,23 @@ def test_not_implemented_function_is_not_attempted(exercise):
         assert exercise.check(_not_attempted_function).state == INCORRECT
 
 
-def test_wrong_answers_are_incorrect_with_a_message(exercise):
+def assert_one_line(exercise, message: str) -> None:
+    """A verdict's message: one line, no traceback, no tensor dump, within the exercise's limit."""
+    assert "\n" not in message and "Traceback" not in message, (exercise.name, message)
+    assert "tensor([[" not in message and "dtype=torch" not in message, (exercise.name, message)
+    assert len(message) <= exercise.message_limit, (exercise.name, message)
+
+
+def test_wrong_answers_are_incorrect_with_a_named_one_line_message(exercise):
+    """Each exercise's obvious near misses (its ``wrong`` answers, its concrete ``mistakes`` among
+    them) are incorrect and each told what is wrong, by a listed mistake or by its diagnosis, never
+    a bare "Try `.hint()`", in one line. One check per answer serves every assertion (a kernel
+    exercise's check runs its kernels through the interpreter)."""
     for wrong in exercise.wrong:
         result = exercise.check(wrong)
         assert result.state == INCORRECT, (exercise.name, wrong)
-        assert result.message
+        assert result.message and "Try `.hint()`" not in result.message, (exercise.name, result.message)
+        assert_one_line(exercise, result.message)
 
 
 def _concrete(answer) -> bool:
@@ -87,14 +99,6 @@ def test_every_listed_mistake_gets_its_own_message(name, index):
     assert result.state == INCORRECT, (name, answer)
     assert message in result.message, (name, result.message)
     assert "Try `.hint()`" not in result.message
-
-
-def test_every_wrong_answer_gets_a_named_message_not_just_try_hint(exercise):
-    """Each exercise's obvious near misses (its ``wrong`` answers and ``mistakes``) are each told
-    what is wrong, by a listed mistake or by its diagnosis."""
-    for wrong in exercise.wrong:
-        message = exercise.check(wrong).message
-        assert "Try `.hint()`" not in message, (exercise.name, message)
 
 
 def test_a_message_never_cuts_the_argument_that_matters():
@@ -159,12 +163,10 @@ def test_every_exercise_says_why_its_answer_is_correct(name):
     assert message == exercise.why and 10 <= len(message) <= 200 and "\n" not in message
 
 
-def test_messages_are_one_line_and_never_a_tensor_dump(exercise):
-    for answer in [*exercise.wrong, "a string", 2.5, ..., torch.zeros(4, 16, 2, 8)]:
-        message = exercise.check(answer).message
-        assert "\n" not in message and "Traceback" not in message, (exercise.name, message)
-        assert "tensor([[" not in message and "dtype=torch" not in message, (exercise.name, message)
-        assert len(message) <= exercise.message_limit, (exercise.name, message)
+def test_any_answer_gets_a_one_line_message_never_a_tensor_dump(exercise):
+    """Answers of the wrong kind (the wrong answers are checked above) get one-line messages too."""
+    for answer in ["a string", 2.5, ..., torch.zeros(4, 16, 2, 8)]:
+        assert_one_line(exercise, exercise.check(answer).message)
 
 
 def test_not_attempted_says_what_to_do_also_on_colab(exercise):
@@ -366,30 +368,30 @@ def _exercise_notebook():
     nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
                 nbformat.v4.new_code_cell("from pagedlib.exercises import ch04 as ex\n"
                                           "def f(n, p):\n    raise NotImplementedError\n"
-                                          "ex.pages_for.check(f)"),
-                nbformat.v4.new_code_cell("# Uncomment for help:\n# ex.pages_for.hint()"),
+                                          "ex.blocks_for.check(f)"),
+                nbformat.v4.new_code_cell("# Uncomment for help:\n# ex.blocks_for.hint()"),
                 nbformat.v4.new_markdown_cell("Next exercise."),
                 nbformat.v4.new_code_cell("ex.append_token.check(...)"),
-                nbformat.v4.new_code_cell("ex.pages_for.check(lambda n, p: 0)")]  # a second check: no 2nd help
+                nbformat.v4.new_code_cell("ex.blocks_for.check(lambda n, p: 0)")]  # a second check: no 2nd help
     return nb
 
 
 def test_sync_writes_one_help_cell_per_exercise_after_its_help_cell_and_is_idempotent(monkeypatch):
     sync = _sync_module()
     nb = _exercise_notebook()
-    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token, ch04.pages_for"]
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.append_token, ch04.blocks_for"]
     kinds = [("help:" + c.metadata["pagedlib"]["exercise_help"]) if sync.is_help_cell(c) else c.cell_type
              for c in nb.cells]
-    assert kinds == ["markdown", "code", "code", "help:ch04.pages_for", "markdown", "code",
+    assert kinds == ["markdown", "code", "code", "help:ch04.blocks_for", "markdown", "code",
                      "help:ch04.append_token", "code"]
     help_cell = nb.cells[3]
-    assert help_cell.source == EXERCISES["ch04.pages_for"].help_html()
+    assert help_cell.source == EXERCISES["ch04.blocks_for"].help_html()
     assert help_cell.metadata["tags"] == ["exercise-help"]
     before = [dict(c) for c in nb.cells]
     assert sync.sync_exercise_help(nb) == [] and [dict(c) for c in nb.cells] == before   # idempotent
     # a changed hint in the registry is drift, and the cell is rewritten
-    monkeypatch.setattr(EXERCISES["ch04.pages_for"], "hints", ["new concept", "new approach", "new code"])
-    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.pages_for"]
+    monkeypatch.setattr(EXERCISES["ch04.blocks_for"], "hints", ["new concept", "new approach", "new code"])
+    assert sync.sync_exercise_help(nb) == ["exercise help cells out of date: ch04.blocks_for"]
     assert "new approach" in nb.cells[3].source
     # an exercise whose check cell is gone loses its help cell
     del nb.cells[5]

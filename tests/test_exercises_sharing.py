@@ -29,7 +29,7 @@ def test_predicted_blocks_and_copies_agree_with_the_block_manager():
 def test_a_zero_last_page_len_is_named():
     ref = ch05.predict_csr.reference
     result = ch05.predict_csr.check((ref[0], [n % 4 for n in ch05.PREDICT_SEQ_LENS]))
-    assert result.state == INCORRECT and "n % page_size" in result.message
+    assert result.state == INCORRECT and "n % block_size" in result.message
 
 
 def test_csr_with_n_mod_p_is_named_on_the_function_exercise():

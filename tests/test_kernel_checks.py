@@ -42,7 +42,7 @@ def test_messages_never_dump_a_tensor():
 
 def test_not_attempted_marker_is_found_in_kernels_and_plain_functions():
     @triton.jit
-    def starter(out, BLOCK: tl.constexpr):
+    def starter(out, BLOCK_SIZE: tl.constexpr):
         raise NotImplementedError  # delete this line
 
     def plain(out):

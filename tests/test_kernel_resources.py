@@ -1,59 +1,104 @@
 """The launch configuration (pagedlib.attention.kernels.launch) and what it costs a GPU (pagedlib.bench.kernels).
 
-No GPU needed: the kernels are compiled ahead of time for a T4 (sm_75), an A100 (sm_80) and an H100
-(sm_90), and the compiled binaries' registers, spills and shared memory are read with the triton
-wheel's cuobjdump. The full table (``python -m pagedlib.bench kernels --resources``) compiles about
-260 configurations; the test here compiles the heaviest ones (head_dim 128 and 256, every kernel,
-dtype and capability) once per run, in about a minute on one core.
+These tests pin what a configuration must do, not today's tuning: any tile, warp count or stage count
+passes as long as the kernels' rules hold (tiles are powers of two that ``tl.dot`` and ``tl.arange``
+accept and that cover the head dim and the GQA group) and, compiled ahead of time for a T4 (sm_75),
+an A100 (sm_80) and an H100 (sm_90), every kernel spills nothing and fits the GPU's shared memory and
+register file. A retune that keeps inside the hardware passes; one that spills or overflows fails,
+and says which kernel, GPU, dtype, head dim and group. No GPU needed: registers, spills and shared
+memory are read from the compiled binaries with the triton wheel's cuobjdump. The compile tests are
+``slow`` (they run in ``make test`` and CI, whose Triton cache keeps a second run quick).
 """
 import dataclasses
+import inspect
+import itertools
 
+import pagedlib  # noqa: F401, I001  (first: sets TRITON_INTERPRET before triton is imported)
 import pytest
 import torch
-
+import triton.language as tl
+from pagedlib.attention.kernels import decode, launch, prefill, split_k, varlen, write_kv
+from pagedlib.attention.kernels.launch import INTERPRETER, SM_LIMITS, LaunchConfig, launch_config
 from pagedlib.bench import kernels as bench
-from pagedlib.attention.kernels import launch
-from pagedlib.attention.kernels.launch import LaunchConfig, launch_config
 
 T4, A100, H100 = (7, 5), (8, 0), (9, 0)
+CAPABILITIES = [T4, A100, (8, 6), (8, 9), H100]
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+HEAD_DIMS = [8, 32, 64, 80, 96, 112, 128, 192, 256]
+GROUPS = [1, 2, 4, 5, 8, 16, 32, 64]
+KERNELS = dict(decode=decode.decode_kernel, split=split_k.split_kernel, merge=split_k.merge_kernel,
+               prefill=prefill.prefill_kernel, write=write_kv.write_kv_kernel, varlen=varlen.varlen_kernel,
+               varlen_merge=varlen.varlen_merge_kernel)
+OPTIONS = {"num_warps", "num_stages"}                        # launch options, not constexprs
+BIG_GROUP = 32                                               # a multi-query model: 32 query heads per KV head
 
 
-# ---- the choices ---------------------------------------------------------------------------------
-def test_a_t4_gets_small_tiles_and_no_pipeline():
-    cfg = launch_config(128, torch.float16, 4, T4)
-    assert (cfg.tile, cfg.block_m, cfg.num_warps, cfg.num_stages) == (16, 16, 4, 1)
+def is_power_of_two(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
 
 
-@pytest.mark.parametrize("capability", [A100, H100, (8, 9)])
-def test_tensor_core_gpus_get_16_kb_tiles_and_three_stages(capability):
-    cfg = launch_config(128, torch.float16, 8, capability)
-    assert (cfg.tile, cfg.block_m, cfg.num_warps, cfg.num_stages) == (64, 32, 4, 3)
-    wide = launch_config(256, torch.bfloat16, 8, capability)
-    assert (wide.tile, wide.num_warps) == (32, 8)
+def constexprs(kernel) -> set[str]:
+    """The ``tl.constexpr`` parameters of a kernel (compiled or interpreted alike)."""
+    return {name for name, p in inspect.signature(kernel.fn).parameters.items() if p.annotation is tl.constexpr}
 
 
-def test_fp32_runs_on_cuda_cores_at_full_precision_with_small_tiles_everywhere():
-    for capability in (T4, A100, H100):
-        cfg = launch_config(64, torch.float32, 1, capability)
-        assert (cfg.tile, cfg.block_m, cfg.dot_precision) == (16, 16, "ieee")
-    assert launch_config(64, torch.float16, 1, H100).dot_precision == "tf32"
+# ---- what every configuration must satisfy -------------------------------------------------------
+@pytest.mark.parametrize("capability", CAPABILITIES + [INTERPRETER], ids=lambda c: f"sm{c[0]}{c[1]}" if c else "interp")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_every_configuration_follows_the_kernels_rules(capability, dtype):
+    for head_dim, group in itertools.product(HEAD_DIMS, GROUPS):
+        cfg = launch_config(head_dim, dtype, group, capability)
+        case = f"head_dim {head_dim}, group {group}: {cfg}"
+        # the padded head dim covers the head dim, as a power of two of at least 16 (tl.dot), and no wider
+        assert is_power_of_two(cfg.head_dim_pad) and cfg.head_dim_pad >= max(16, head_dim), case
+        assert cfg.head_dim_pad < 2 * max(16, head_dim), case
+        # the decode tile holds the whole GQA group; tl.dot wants at least 16 rows
+        assert is_power_of_two(cfg.group_pad) and cfg.group_pad >= max(launch.MIN_DOT_ROWS, group), case
+        assert cfg.group == group and cfg.head_dim == head_dim, case
+        # K/V and query tiles: powers of two (tl.arange), at least 16 (tl.dot)
+        for tile in (cfg.tile, cfg.tile_m):
+            assert is_power_of_two(tile) and tile >= 16, case
+        # the varlen tile packs tile_q whole tokens x the group into its group_pad rows
+        assert cfg.tile_q >= 1 and cfg.tile_q * group <= cfg.group_pad, case
+        assert is_power_of_two(cfg.num_warps) and 1 <= cfg.num_warps <= 32 and cfg.num_stages >= 1, case
+        # fp32 keeps full precision (no TF32 rounding)
+        assert (cfg.dot_precision == "ieee") == (dtype == torch.float32), case
+        if capability is not INTERPRETER:
+            lim = SM_LIMITS[capability[0] * 10 + capability[1]]
+            assert cfg.num_warps * 32 <= 1024 and cfg.num_warps <= lim.max_warps, case
+            # the K and V tiles of every pipelined stage fit one program's shared memory
+            kv_bytes = 2 * cfg.num_stages * cfg.tile * cfg.head_dim_pad * dtype.itemsize
+            assert kv_bytes <= lim.shared_per_program, case
 
 
-def test_padding_is_one_rule():
-    cfg = launch_config(80, torch.float16, 5, H100)
-    assert (cfg.head_dim_pad, cfg.group_pad, cfg.group) == (128, 16, 5)
-    assert launch_config(8, torch.float16, 1, H100).head_dim_pad == 16        # tl.dot needs 16
+@pytest.mark.parametrize("group", GROUPS)
+def test_the_varlen_launch_packs_the_group_into_one_tile_per_kv_head(group):
+    cfg = launch_config(128, torch.float16, group, H100)
+    meta = launch.varlen_meta(cfg, 16)
+    assert meta["TILE_M"] == cfg.group_pad and meta["TILE_Q"] == cfg.tile_q and meta["GROUP"] == group
+    assert meta["TILE_Q"] * group <= meta["TILE_M"] < 2 * max(meta["TILE_Q"] * group, launch.MIN_DOT_ROWS)
+    assert meta["DOT_PRECISION"] == cfg.dot_precision and meta["SPLIT_Q"] == launch.VARLEN_SPLIT_Q
+    # a sequence's tiles cover its new tokens: tile_q tokens each, plus one spare tile per sequence
+    for total_q, num_seqs in [(1, 1), (4, 4), (37, 3), (4096, 2)]:
+        tiles = launch.varlen_grid(total_q, num_seqs, 8, cfg, 1)[0]
+        assert tiles == total_q // cfg.tile_q + num_seqs and tiles * cfg.tile_q >= total_q
 
 
-def test_more_query_rows_or_wider_heads_get_eight_warps():
-    assert launch_config(128, torch.float16, 16, H100).num_warps == 4
-    assert launch_config(128, torch.float16, 32, H100).num_warps == 8         # 32 rows of 128
-    assert launch_config(256, torch.float16, 1, T4).num_warps == 8
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_every_launch_passes_exactly_the_kernels_constexprs(kernel):
+    """A meta that forgets a constexpr, or still passes a renamed one, cannot launch."""
+    for capability, dtype, group in itertools.product([T4, H100, INTERPRETER], DTYPES, [1, 8, BIG_GROUP]):
+        meta = bench.launch_meta(kernel, launch_config(128, dtype, group, capability))
+        assert set(meta) - OPTIONS == constexprs(KERNELS[kernel]), kernel
+        assert OPTIONS <= set(meta), kernel
 
 
-def test_the_interpreter_uses_big_tiles():
-    cfg = launch_config(128, torch.float32, 4, None)
-    assert (cfg.tile, cfg.block_m) == (32, 32)
+def test_the_varlen_split_rule_counts_the_grids_tiles():
+    cfg = launch_config(128, torch.float16, 8, H100)
+    tiles = launch.varlen_grid(4, 4, 8, cfg, 1)[0]                           # 4 decode rows, 8 KV heads
+    assert launch.varlen_num_splits(4, 4, 8, cfg, 8192, 132) == launch.choose_num_splits(tiles, 8, 8192, 132) > 1
+    # a 4096-token prefill fills the GPU: no split
+    assert launch.varlen_num_splits(4096, 2, 8, cfg, 8192, 132) == 1
 
 
 @pytest.mark.parametrize("head_dim,group,match", [(0, 1, "head_dim"), (64.0, 1, "head_dim"),
@@ -61,35 +106,6 @@ def test_the_interpreter_uses_big_tiles():
 def test_bad_shapes_are_refused_by_name(head_dim, group, match):
     with pytest.raises(ValueError, match=match):
         launch_config(head_dim, torch.float16, group, H100)
-
-
-@pytest.mark.parametrize("capability", [T4, A100, H100], ids=["sm75", "sm80", "sm90"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
-@pytest.mark.parametrize("head_dim", [64, 80, 96, 112, 128, 256])
-@pytest.mark.parametrize("group", [1, 4, 8])
-def test_the_varlen_tile_packs_tokens_x_group_into_decodes_rows(capability, dtype, head_dim, group):
-    """paged_attention_varlen's tile is decode's: group_pad rows (16 here), now block_q tokens x the
-    group, with decode's tile, warps and stages, so its registers are decode's (no spills)."""
-    cfg = launch_config(head_dim, dtype, group, capability)
-    meta, decode = launch.varlen_meta(cfg, 16), launch.decode_meta(cfg, 16)
-    assert meta["BLOCK_M"] == cfg.group_pad == 16
-    assert meta["BLOCK_Q"] == 16 // group and meta["BLOCK_Q"] * group <= meta["BLOCK_M"]
-    assert meta["SPLIT_Q"] == launch.VARLEN_SPLIT_Q
-    for key in ("TILE", "HEAD_DIM_PAD", "num_stages", "DOT_PRECISION"):
-        assert meta[key] == decode[key], key
-    wide_fp32 = dtype == torch.float32 and head_dim > 128                       # 8 warps spilled there
-    assert meta["num_warps"] == (launch.VARLEN_FP32_WIDE_WARPS if wide_fp32 else decode["num_warps"])
-    merge = launch.varlen_merge_meta(cfg, 5)
-    assert merge["SPLITS_PAD"] == 8 and merge["num_warps"] == launch.COPY_WARPS
-
-
-def test_the_varlen_split_rule_counts_the_grids_tiles():
-    cfg = launch_config(128, torch.float16, 8, H100)                             # block_q 2
-    # 4 decode rows, 8 KV heads: 4 // 2 + 4 = 6 tiles x 8 heads = 48 programs on 132 SMs: split
-    assert launch.varlen_grid(4, 4, 8, cfg, 1) == (6, 8, 1)
-    assert launch.varlen_num_splits(4, 4, 8, cfg, 8192, 132) == launch.choose_num_splits(6, 8, 8192, 132) > 1
-    # a 4096-token prefill fills the GPU: no split
-    assert launch.varlen_num_splits(4096, 2, 8, cfg, 8192, 132) == 1
 
 
 # ---- occupancy arithmetic ------------------------------------------------------------------------
@@ -110,6 +126,8 @@ def test_programs_per_sm_takes_the_tightest_limit():
 def test_a_kernel_that_cannot_launch_fits_zero_programs():
     assert bench.programs_per_sm(75, 64, 64 * 1024 + 1, 4) == 0               # over a T4's 64 KB
     assert bench.programs_per_sm(80, 64, 164 * 1024, 4) == 0                  # over an A100's 163 KB
+    assert bench.programs_per_sm(90, 256, 0, 4) == 0                          # over 255 registers a thread
+    assert bench.programs_per_sm(75, 255, 0, 32) == 0                         # 1,024 threads x 255 > 64K
 
 
 # ---- the table -----------------------------------------------------------------------------------
@@ -140,54 +158,30 @@ def test_problems_name_spills_and_overflows():
 def test_neighbours_change_one_thing_each():
     cfg = launch_config(128, torch.float16, 4, H100)
     named = dict(bench.neighbours(cfg))
-    assert named["chosen"] == cfg and named["tile / 2"].tile == 32 and named["tile * 2"].tile == 128
-    assert named["8 warps"].num_warps == 8 and named["stages - 1"].num_stages == 2
+    assert named["chosen"] == cfg
     for name, other in named.items():
         changed = [f for f in LaunchConfig.__dataclass_fields__ if getattr(other, f) != getattr(cfg, f)]
         assert len(changed) == (0 if name == "chosen" else 1), name
+    if "tile / 2" in named:
+        assert named["tile / 2"].tile * 2 == cfg.tile
+    assert named["tile * 2"].tile == cfg.tile * 2
+    warps, = [other for name, other in named.items() if name.endswith(" warps")]
+    assert warps.num_warps != cfg.num_warps
 
 
-# ---- compiled for real ---------------------------------------------------------------------------
-@pytest.mark.slow
-def test_the_measurement_sees_a_spill():
-    """The T4 used to get the H100's tile (64 tokens): its dots then need more than 255 registers."""
-    old = dataclasses.replace(launch_config(128, torch.float16, 4, T4), tile=64)
-    (registers, spills, shared), = bench.compile_resources([("decode", 75, "fp16", bench.launch_meta("decode", old))])
-    assert registers == 255 and spills > 0
-
-
-@pytest.mark.slow
-def test_every_kernel_at_the_largest_head_dims_fits_every_gpu_without_spilling():
-    rows = bench.resource_rows(head_dims=(128, 256), groups=(8,))
-    assert len(rows) == len(bench.KERNELS) * 3 * 2 * 2
-    assert bench.problems(rows) == []
-    for r in rows:                                                # the launchers' own choices
-        cfg = launch_config(r["head_dim"], bench.DTYPES[r["dtype"]], r["group"], divmod(r["capability"], 10))
-        if r["kernel"] in ("decode", "split", "prefill"):
-            assert (r["warps"], r["stages"]) == (cfg.num_warps, cfg.num_stages)
-        assert r["registers"] <= 255 and r["programs_per_sm"] >= 1
-    t4 = {r["kernel"]: r for r in rows if r["capability"] == 75 and r["dtype"] == "fp16" and r["head_dim"] == 128}
-    assert t4["decode"]["tile"] == "16" and t4["prefill"]["tile"] == "16x16"
-
-
-@pytest.mark.slow
-def test_the_varlen_kernel_fits_every_gpu_without_spilling():
-    """The varlen rows of the resource table, every capability, dtype, head_dim and group."""
-    rows = bench.resource_rows(kernels=("varlen", "varlen_merge"))
-    assert len(rows) == 2 * 3 * 2 * len(bench.HEAD_DIMS) * len(bench.GROUPS)
-    assert bench.problems(rows) == []
-    assert all(r["programs_per_sm"] >= 1 for r in rows)
-
-
-@pytest.mark.slow
-def test_the_command_line_prints_the_table_and_judges_it(capsys, monkeypatch):
-    monkeypatch.setattr(bench, "HEAD_DIMS", (128,))              # compiled above: cached in this process
+@pytest.mark.parametrize("resources,verdict,code", [((96, 0, 8192), "no spills, all fit", 0),
+                                                    ((255, 64, 8192), "bytes spilled per thread", 1),
+                                                    ((96, 0, 300 * 1024), "cannot launch", 1)])
+def test_the_command_line_prints_the_table_and_judges_it(capsys, monkeypatch, resources, verdict, code):
+    """The printing and the verdict, from given resources (each test compiles for itself, or not at all)."""
+    monkeypatch.setattr(bench, "compile_resources", lambda jobs: [resources] * len(jobs))
+    monkeypatch.setattr(bench, "HEAD_DIMS", (128,))
     monkeypatch.setattr(bench, "GROUPS", (8,))
-    assert bench.main(["--resources", "--capability", "75", "90"]) == 0
+    assert bench.main(["--resources", "--capability", "75", "90"]) == code
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == bench.HEADER
     assert len(printed[1:printed.index("")]) == len(bench.KERNELS) * 2 * 2
-    assert "no spills, all fit" in printed[-2]
+    assert verdict in "\n".join(printed[printed.index(""):])
 
 
 def test_without_resources_or_a_gpu_the_command_says_what_to_run(capsys):
@@ -207,3 +201,36 @@ def test_an_older_triton_is_told_it_cannot_make_the_report(monkeypatch):
         bench.compile_resources([("decode", 75, "fp16", {})])
     monkeypatch.setattr(triton, "__version__", "3.9.0")
     assert bench.report_supported()
+
+
+# ---- compiled for real ---------------------------------------------------------------------------
+def assert_fits(rows: list[dict]) -> None:
+    """No row spills, and each fits its GPU's shared memory and register file with a program to spare."""
+    assert bench.problems(rows) == []
+    for r in rows:
+        lim = SM_LIMITS[r["capability"]]
+        what = f"{r['kernel']} sm_{r['capability']} {r['dtype']} head_dim {r['head_dim']} group {r['group']}"
+        assert r["registers"] <= lim.max_registers, what
+        assert r["registers"] * 32 * r["warps"] <= lim.registers, what
+        assert r["shared_bytes"] <= lim.shared_per_program and r["programs_per_sm"] >= 1, what
+
+
+@pytest.mark.slow
+def test_the_measurement_sees_a_spill():
+    """A T4 given an H100's 64-token tile: its dots on CUDA cores need more than 255 registers."""
+    too_big = dataclasses.replace(launch_config(128, torch.float16, 4, T4), tile=64)
+    (registers, spills, shared), = bench.compile_resources([("decode", 75, "fp16", bench.launch_meta("decode", too_big))])
+    assert registers == 255 and spills > 0
+
+
+@pytest.mark.slow
+def test_every_launch_configuration_compiles_for_every_gpu_without_spilling_and_fits():
+    """Every kernel x sm_75/80/90 x fp16/fp32 x the table's head dims and groups, plus a 32-head group."""
+    rows = bench.resource_rows()
+    assert len(rows) == len(bench.KERNELS) * len(bench.CAPABILITIES) * len(bench.DTYPES) * len(bench.HEAD_DIMS) \
+        * len(bench.GROUPS)
+    rows += bench.resource_rows(head_dims=(128, 256), groups=(BIG_GROUP,), kernels=("decode", "split", "varlen"))
+    assert_fits(rows)
+    for r in rows:                                                # compiled with the launchers' own choices
+        cfg = launch_config(r["head_dim"], bench.DTYPES[r["dtype"]], r["group"], divmod(r["capability"], 10))
+        assert r["stages"] == cfg.num_stages or r["kernel"] in ("merge", "write", "varlen_merge"), r

@@ -125,7 +125,7 @@ def test_the_page_size_changes_the_blocks_a_tile_spans_not_the_tile():
     assert one["tile_tokens"] == sixteen["tile_tokens"] == big["tile_tokens"] == kv_tile(128) == 64
     assert (one["blocks_per_tile"], sixteen["blocks_per_tile"], big["blocks_per_tile"]) == (64, 4, 1)
     assert one["row_bytes"] == big["row_bytes"] == 256 and sixteen["table_entries"] == 128
-    fig = kernels.page_size_kernel_side()
+    fig = kernels.block_size_kernel_side()
     left, right = fig.axes
     assert [line.get_ydata()[0] for line in left.get_lines()] == [64, 2048]
     assert all(len(set(line.get_ydata())) == 1 for line in right.get_lines())   # flat: no change
@@ -142,7 +142,7 @@ def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
         contexts = [c + rng.randrange(0 if c else 1, 200) for c in chunks]
         group, splits = rng.choice([1, 4, 8]), rng.choice([1, 3])
         cfg = launch_config(64, __import__("torch").float16, group, (9, 0))
-        programs = kernels.varlen_programs(chunks, contexts, cfg.block_q, splits, 64, VARLEN_SPLIT_Q)
+        programs = kernels.varlen_programs(chunks, contexts, cfg.tile_q, splits, 64, VARLEN_SPLIT_Q)
         tiles, _, grid_splits = varlen_grid(sum(chunks), len(chunks), 1, cfg, splits)
         assert len(programs) == tiles * grid_splits
         owned = sorted((p["seq"], t) for p in programs if p["kind"] != "exits" and p["split"] == 0

@@ -64,8 +64,8 @@ def test_plot_pool_timeline_marks_the_refusal():
         plots.plot_pool_timeline(FirstFitAllocator(10))
 
 
-def test_plot_waste_vs_page_size():
-    fig = plots.plot_waste_vs_page_size(SEED, (1, 16, 256), max_len=2048, pool_slots=40_960)
+def test_plot_waste_vs_block_size():
+    fig = plots.plot_waste_vs_block_size(SEED, (1, 16, 256), max_len=2048, pool_slots=40_960)
     ax = fig.axes[0]
     assert labelled(fig) and "page size" in ax.get_xlabel()
     y = ax.lines[0].get_ydata()
@@ -100,22 +100,22 @@ def test_plot_kv_memory():
         plots.plot_kv_memory("gpt-5")
 
 
-def test_page_size_summary_numbers():
-    from pagedlib.widgets import page_size_summary
-    line = page_size_summary(SEED, 16, 40_960, max_len=2048)
+def test_block_size_summary_numbers():
+    from pagedlib.widgets import block_size_summary
+    line = block_size_summary(SEED, 16, 40_960, max_len=2048)
     assert "waste  1.0%" in line and "163 entries (652 bytes)" in line
     assert "78 requests fit 40,960 slots (3.9x reserve-max's 20)" in line
     with pytest.raises(ValueError, match="lengths must hold at least one"):
-        page_size_summary([], 16)
+        block_size_summary([], 16)
 
 
 def _widget_text(out) -> str:
     return "".join(o.get("text", "") for o in out.outputs if o.get("output_type") == "stream")
 
 
-def test_page_size_explorer_redraws_on_slider_change(capsys):
-    from pagedlib.widgets import page_size_explorer
-    box = page_size_explorer(SEED, 40_960)
+def test_block_size_explorer_redraws_on_slider_change(capsys):
+    from pagedlib.widgets import block_size_explorer
+    box = block_size_explorer(SEED, 40_960)
     layout, slider, out = box.children
     assert "page size  16" in _widget_text(out)
     assert sum(o["output_type"] == "display_data" for o in out.outputs) == 1  # one figure
@@ -125,6 +125,6 @@ def test_page_size_explorer_redraws_on_slider_change(capsys):
     assert "waste 74.8%" in _widget_text(out) and slider.disabled
     assert capsys.readouterr().out == ""  # everything went into the widget, nothing leaked to the cell
     with pytest.raises(ValueError, match="start"):
-        page_size_explorer(SEED, start=3)
+        block_size_explorer(SEED, start=3)
     with pytest.raises(ValueError, match="lengths must hold at least one"):
-        page_size_explorer([])
+        block_size_explorer([])

@@ -172,7 +172,7 @@ def test_padded_vs_csr_shows_padding_and_offsets():
         plots.plot_padded_vs_csr([[10, 9, 0]], [6], 4)
 
 
-def test_padded_vs_csr_a_full_last_page_holds_page_size_tokens():
+def test_padded_vs_csr_a_full_last_page_holds_block_size_tokens():
     fig = plots.plot_padded_vs_csr([[3, 5], [7]], [8, 1], 4)
     assert [t for t in texts(fig) if t.startswith("last_page_len")] == ["last_page_len 4",
                                                                          "last_page_len 1"]

@@ -227,6 +227,7 @@ def test_import_warns_about_a_loud_failure(tmp_path):
 
 
 # ---- traps a learner meets: triton imported first; a known version failure at launch -------------
+@pytest.mark.slow   # a fresh Python process, like the other import-order tests above
 def test_triton_imported_before_pagedlib_is_named_in_the_verdict_and_the_checker(tmp_path):
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
             "import warnings; warnings.simplefilter('ignore')\n"
@@ -243,6 +244,7 @@ def test_triton_imported_before_pagedlib_is_named_in_the_verdict_and_the_checker
     assert "not because of its code" in check and "import pagedlib` before" in check
 
 
+@pytest.mark.slow   # a fresh Python process, like the other import-order tests above
 def test_triton_imported_first_with_the_variable_set_is_fine(tmp_path):
     code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
             "import triton\n"

@@ -148,10 +148,10 @@ def test_with_fallback_keeps_the_widget_for_jupyter_and_adds_a_figure_for_the_si
     assert "Try it" not in text
 
 
-def test_page_size_explorer_carries_its_fallback():
-    from pagedlib.widgets import page_size_explorer
+def test_block_size_explorer_carries_its_fallback():
+    from pagedlib.widgets import block_size_explorer
 
-    bundle = page_size_explorer([512, 37, 1900, 128, 4], 40_960, max_len=2048)._repr_mimebundle_()
+    bundle = block_size_explorer([512, 37, 1900, 128, 4], 40_960, max_len=2048)._repr_mimebundle_()
     assert WIDGET_VIEW in bundle and FALLBACK_CLASS in bundle["text/html"]
     assert "78 requests fit 40,960 slots" in bundle["text/html"]
     assert _img(bundle["text/html"])["alt"].startswith("5 rows, one per request")

@@ -90,10 +90,10 @@ def shown(b: Chromium) -> dict:
         return out; })()""")
 
 
-def expected(lengths, mode: str, page_size: int = 16, max_len: int = MAX_LEN, pool: int = POOL) -> dict:
+def expected(lengths, mode: str, block_size: int = 16, max_len: int = MAX_LEN, pool: int = POOL) -> dict:
     """What the page must show, from pagedlib."""
     reserve = pagedlib.reserve_max_plan(lengths, max_len)
-    plan = pagedlib.paged_plan(lengths, page_size) if mode == "paged" else reserve
+    plan = pagedlib.paged_plan(lengths, block_size) if mode == "paged" else reserve
     capacity = plan.capacity(pool)
     return {"used": plan.used, "allocated": plan.allocated, "waste": plan.waste, "capacity": capacity,
             "ratio": capacity / reserve.capacity(pool)}
@@ -154,7 +154,7 @@ def test_paged_at_16_collapses_the_rows(page):
     assert got["ratio"] == "3.9\u00d7"
     assert_matches(got, expected(SEED, "paged", 16))
     tails = page.js("[...document.querySelectorAll('.tp-row .tp-tail')].map(e => Number(e.dataset.slots))")
-    assert tails == [pagedlib.pages_for(n, 16) * 16 - n for n in SEED if n % 16]
+    assert tails == [pagedlib.blocks_for(n, 16) * 16 - n for n in SEED if n % 16]
     assert page.js("document.querySelectorAll('.tp-row .tp-padding').length") == 0
     shot(page, "02-paged-16")
 

@@ -8,8 +8,9 @@ Each case is a random mix of decode rows (one new token over a cached context) a
 like every other slot no sequence owns. A kernel that reads one of them gives NaN, and fails.
 
 The interpreter runs on two shared CPU cores, so the default run takes a seeded sample of the grid in
-which every listed value appears at least once (``SAMPLE``); the full grid runs on a GPU only
-(``scripts/gpu_check.sh``), where it is compiled.
+which every listed value appears at least once (``SAMPLE``, marked slow: the quick loop keeps the
+pieces below, every path of the kernel, one pass, split, empty splits and exits, at small head dims
+in fp32 and fp16); the full grid runs on a GPU only (``scripts/gpu_check.sh``), where it is compiled.
 Tolerances as in tests/test_attention.py: fp32 1e-5, fp16 3e-3 (probabilities go to P @ V in fp16).
 """
 import itertools
@@ -164,6 +165,7 @@ def grid_case(case, num_splits, seed: int, longest: int = 2048, num_seqs: int = 
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
+@pytest.mark.slow   # an interpreter grid, about 75 s of CPU: `make test` and CI run it, `make unit` leaves it out
 @pytest.mark.parametrize("case", SAMPLE, ids=case_id)
 def test_mixed_batch_matches_the_reference(case):
     # split-K on (num_splits 3) for the sample: every case runs both paths, the split and the one-pass;
@@ -224,11 +226,11 @@ def test_large_scores_do_not_overflow_exp2():
 
 def test_grid_is_an_upper_bound_from_shapes_alone():
     cfg = launch_config(64, torch.float16, 8, (9, 0))
-    assert cfg.block_q == 2                                              # 16 rows = 2 tokens x 8 heads
+    assert cfg.tile_q == 2                                               # 16 rows = 2 tokens x 8 heads
     rng = random.Random(0)
     for _ in range(200):
         chunks = [rng.choice([0, 1, 1, 2, 3, rng.randrange(60)]) for _ in range(rng.randrange(1, 9))]
-        needed = sum(-(-c // cfg.block_q) for c in chunks)
+        needed = sum(-(-c // cfg.tile_q) for c in chunks)
         assert varlen_grid(sum(chunks), len(chunks), 1, cfg, 1)[0] >= needed
 
 

@@ -23,9 +23,9 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     ``[seq_len, num_kv_heads, head_dim]``.
     """
     block_size = cache.shape[1]
-    num_pages = cdiv(seq_len, block_size)                          # ceil(seq_len / block_size)
-    pages = cache[block_table[:num_pages].long()]                  # [num_pages, block_size, kv_heads, dim]
-    return pages.flatten(0, 1)[:seq_len]                           # [seq_len, kv_heads, dim]
+    seq_blocks = cdiv(seq_len, block_size)                         # ceil(seq_len / block_size)
+    blocks = cache[block_table[:seq_blocks].long()]                # [seq_blocks, block_size, kv_heads, dim]
+    return blocks.flatten(0, 1)[:seq_len]                          # [seq_len, kv_heads, dim]
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_from: int | None) -> torch.Tensor:

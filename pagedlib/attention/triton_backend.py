@@ -189,7 +189,7 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
         max_query_len = longest_chunk(query_start_loc)                   # one device sync
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
-    grid = (num_seqs, num_heads, triton.cdiv(max_query_len, cfg.block_m))
+    grid = (num_seqs, num_heads, triton.cdiv(max_query_len, cfg.tile_m))
     prefill_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale,
                          query.stride(0), query.stride(1), out.stride(0), out.stride(1),
                          *_cache_strides(key_cache, value_cache), block_tables.stride(0),

@@ -14,7 +14,7 @@ from typing import Sequence as Seq
 
 import torch
 
-from ..memory.capacity import pages_for, reserve_max_slots
+from ..memory.capacity import blocks_for, reserve_max_slots
 from .llm import LLM, SamplingParams
 from ..models.layers import PagedModel
 from .metrics import ReservedStepRecord
@@ -36,7 +36,7 @@ class ReserveMaxScheduler(Scheduler):
     def _blocks_at_most(self, seq: SeqState) -> int:
         # n samples reserve n times: nothing is shared
         slots = reserve_max_slots(len(seq.prompt) + seq.max_new_tokens, self.max_len)
-        return pages_for(slots, self.block_manager.block_size)
+        return blocks_for(slots, self.block_manager.block_size)
 
 
 class ReserveMaxLLM(LLM):
@@ -64,7 +64,7 @@ class ReserveMaxLLM(LLM):
             raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
                              f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
                              "raise max_len.") from None
-        if params.n * pages_for(reserved, self.block_size) > self.num_blocks:
+        if params.n * blocks_for(reserved, self.block_size) > self.num_blocks:
             raise ValueError(f"prompts[{index}]: n = {params.n} reservations of max_len = {self.max_len} tokens "
                              f"need more than the whole cache ({self.num_blocks} blocks of {self.block_size}), "
                              "so it could never be admitted; raise num_blocks or lower n or max_len.")

@@ -19,7 +19,7 @@ caching safe, see ``pagedlib.memory.block_manager``); sample a token (``pagedlib
 each sequence whose tokens are now all computed (a request with ``n > 1`` forks into its samples);
 retire those that are done. If the step raises (the model fails, a ``KeyboardInterrupt``), it is
 undone first (:meth:`pagedlib.engine.scheduler.Scheduler.undo`), so the next ``step()`` goes on.
-Requests are checked by ``pagedlib.engine.requests``, measured by ``pagedlib.engine.metrics``::
+Requests are checked by ``pagedlib.engine.request_checks``, measured by ``pagedlib.engine.metrics``::
 
     llm = LLM(GPT2.from_hf(hf_model), num_blocks=256, block_size=16, max_num_seqs=32,
               max_num_batched_tokens=512)                 # None: whole prompts in one step
@@ -39,7 +39,7 @@ from .batch import build_batch
 from ..memory.block_manager import BlockManager
 from ..models.layers import PagedModel
 from .metrics import MetricsRecorder, StepRecord
-from .requests import check_request, sampling_params_for
+from .request_checks import check_request, sampling_params_for
 from .sampling import SamplingParams, sample_rows, sample_token
 from .scheduler import ScheduledStep, Scheduler, SeqState, Status, check_limits
 from ..validation import cdiv, positive_int
@@ -301,7 +301,7 @@ class LLM:
     # ---- checks ----------------------------------------------------------------------------------
     def check_request(self, index: int, prompt, params: SamplingParams) -> list[int]:
         """Refuse, with a ``ValueError`` saying why, a request that cannot run; return its token ids
-        (see :func:`pagedlib.engine.requests.check_request`)."""
+        (see :func:`pagedlib.engine.request_checks.check_request`)."""
         tokens = check_request(index, prompt, params, vocab_size=self.model.vocab_size,
                                context_length=self.model.context_length, block_size=self.block_size,
                                num_blocks=self.num_blocks, max_num_seqs=self.max_num_seqs)

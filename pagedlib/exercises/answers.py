@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from typing import Any
 
 __all__ = ["Rule", "Above", "Below", "AtLeast", "NotMultipleOf", "LengthNot", "Item", "AnyItem",
@@ -32,18 +33,29 @@ __all__ = ["Rule", "Above", "Below", "AtLeast", "NotMultipleOf", "LengthNot", "I
 
 
 class Rule:
-    """A matcher for a family of wrong answers (not a value): ``matches(answer, ctx)``."""
+    """A matcher for a family of wrong answers (not a value): ``matches(answer, ctx)``.
+
+    A rule is declared by its ``op`` (its name in exercises.js), its ``fields`` (the constructor's
+    arguments, in order, which are also its repr and, with ``op``, its JSON) and ``matches``."""
 
     op = ""
+    fields: tuple[str, ...] = ()
+
+    def __init__(self, *args):
+        if len(args) != len(self.fields):
+            raise TypeError(f"{type(self).__name__}({', '.join(self.fields)}) takes {len(self.fields)} "
+                            f"argument(s); got {len(args)}")
+        for name, value in zip(self.fields, args):
+            setattr(self, name, value)
 
     def matches(self, answer: Any, ctx: "Context") -> bool:
         raise NotImplementedError
 
     def to_json(self) -> dict:
-        return {"op": self.op, **{k: _json_arg(v) for k, v in vars(self).items()}}
+        return {"op": self.op, **{name: _json_arg(getattr(self, name)) for name in self.fields}}
 
     def __repr__(self) -> str:
-        args = ", ".join(repr(v) for v in vars(self).values())
+        args = ", ".join(repr(getattr(self, name)) for name in self.fields)
         return f"{type(self).__name__}({args})"
 
 
@@ -60,45 +72,33 @@ def _is_number(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-class Above(Rule):
+class _Compare(Rule):
+    """A number that stands in ``relation`` to ``value``."""
+    fields = ("value",)
+    relation = staticmethod(operator.gt)
+
+    def matches(self, answer, ctx):
+        return _is_number(answer) and self.relation(answer, self.value)
+
+
+class Above(_Compare):
     """A number greater than ``value``."""
-    op = "above"
-
-    def __init__(self, value):
-        self.value = value
-
-    def matches(self, answer, ctx):
-        return _is_number(answer) and answer > self.value
+    op, relation = "above", staticmethod(operator.gt)
 
 
-class Below(Rule):
+class Below(_Compare):
     """A number less than ``value``."""
-    op = "below"
-
-    def __init__(self, value):
-        self.value = value
-
-    def matches(self, answer, ctx):
-        return _is_number(answer) and answer < self.value
+    op, relation = "below", staticmethod(operator.lt)
 
 
-class AtLeast(Rule):
+class AtLeast(_Compare):
     """A number greater than or equal to ``value``."""
-    op = "at_least"
-
-    def __init__(self, value):
-        self.value = value
-
-    def matches(self, answer, ctx):
-        return _is_number(answer) and answer >= self.value
+    op, relation = "at_least", staticmethod(operator.ge)
 
 
 class NotMultipleOf(Rule):
     """An int that is not a multiple of ``n``; for a list, any of its items."""
-    op = "not_multiple_of"
-
-    def __init__(self, n: int):
-        self.n = n
+    op, fields = "not_multiple_of", ("n",)
 
     def matches(self, answer, ctx):
         if isinstance(answer, (list, tuple)):
@@ -108,10 +108,7 @@ class NotMultipleOf(Rule):
 
 class LengthNot(Rule):
     """A list or tuple whose length is not ``n``."""
-    op = "length_not"
-
-    def __init__(self, n: int):
-        self.n = n
+    op, fields = "length_not", ("n",)
 
     def matches(self, answer, ctx):
         return isinstance(answer, (list, tuple)) and len(answer) != self.n
@@ -119,11 +116,7 @@ class LengthNot(Rule):
 
 class Item(Rule):
     """A list or tuple whose item ``index`` (negative counts from the end) matches ``matcher``."""
-    op = "item"
-
-    def __init__(self, index: int, matcher):
-        self.index = index
-        self.matcher = matcher
+    op, fields = "item", ("index", "matcher")
 
     def matches(self, answer, ctx):
         if not isinstance(answer, (list, tuple)) or not -len(answer) <= self.index < len(answer):
@@ -133,33 +126,32 @@ class Item(Rule):
 
 class AnyItem(Rule):
     """A list or tuple with at least one item that matches ``matcher``."""
-    op = "any_item"
-
-    def __init__(self, matcher):
-        self.matcher = matcher
+    op, fields = "any_item", ("matcher",)
 
     def matches(self, answer, ctx):
         return isinstance(answer, (list, tuple)) and any(_match(self.matcher, a, ctx.inner())
                                                          for a in answer)
 
 
-class OneOf(Rule):
-    """Equal to one of ``values``."""
-    op = "one_of"
+class _OfMany(Rule):
+    """A rule whose one field is a list, given item by item: ``OneOf(3, 4)``,
+    ``AllOf(Above(2), Below(5))``."""
 
-    def __init__(self, *values):
-        self.values = list(values)
+    def __init__(self, *items):
+        super().__init__(list(items))
+
+
+class OneOf(_OfMany):
+    """Equal to one of ``values``."""
+    op, fields = "one_of", ("values",)
 
     def matches(self, answer, ctx):
         return any(values_equal(answer, v, ctx) for v in self.values)
 
 
-class AllOf(Rule):
+class AllOf(_OfMany):
     """Matches every one of ``matchers``."""
-    op = "all_of"
-
-    def __init__(self, *matchers):
-        self.matchers = list(matchers)
+    op, fields = "all_of", ("matchers",)
 
     def matches(self, answer, ctx):
         return all(_match(m, answer, ctx) for m in self.matchers)
@@ -167,10 +159,7 @@ class AllOf(Rule):
 
 class Not(Rule):
     """Does not match ``matcher``."""
-    op = "not"
-
-    def __init__(self, matcher):
-        self.matcher = matcher
+    op, fields = "not", ("matcher",)
 
     def matches(self, answer, ctx):
         return not _match(self.matcher, answer, ctx)
@@ -178,10 +167,7 @@ class Not(Rule):
 
 class FirstWrong(Rule):
     """A list whose first item that differs from the answer's is item ``index``."""
-    op = "first_wrong"
-
-    def __init__(self, index: int):
-        self.index = index
+    op, fields = "first_wrong", ("index",)
 
     def matches(self, answer, ctx):
         expected = ctx.expected

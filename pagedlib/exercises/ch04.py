@@ -1,14 +1,14 @@
-"""Chapter 4 exercises: pages, block tables, the last page, and capacity at a page size.
+"""Chapter 4 exercises: blocks (pages), block tables, the last block, and capacity at a block size.
 
 Convention (see ``ch00``): each reference solution is a plain function (or a value), then the same
-name is rebound to the Exercise built from it, so a notebook calls ``ex.pages_for.check(...)``.
+name is rebound to the Exercise built from it, so a notebook calls ``ex.blocks_for.check(...)``.
 """
 from . import Above, Exercise
 
 
-def pages_for(n_tokens: int, page_size: int) -> int:
-    """Whole pages of ``page_size`` tokens needed to hold ``n_tokens`` tokens."""
-    return (n_tokens + page_size - 1) // page_size
+def blocks_for(n_tokens: int, block_size: int) -> int:
+    """Whole blocks of ``block_size`` tokens needed to hold ``n_tokens`` tokens."""
+    return (n_tokens + block_size - 1) // block_size
 
 
 def _diagnose_pages(answer, expected, args):
@@ -22,34 +22,34 @@ def _diagnose_pages(answer, expected, args):
     return None
 
 
-pages_for = Exercise(
-    "ch04.pages_for",
-    "How many whole pages of `page_size` tokens does a sequence of `n_tokens` tokens need?",
-    pages_for,
+blocks_for = Exercise(
+    "ch04.blocks_for",
+    "How many whole pages of `block_size` tokens does a sequence of `n_tokens` tokens need?",
+    blocks_for,
     cases=[(512, 16), (37, 16), (1900, 16), (128, 16), (4, 16), (0, 16), (1, 1), (16, 16), (17, 16),
            (2048, 2048), (2049, 2048), (5, 3)],
     diagnose=_diagnose_pages,
     hints=["A partly filled last page is still a whole page: 17 tokens in pages of 16 need 2 pages.",
            "That is a division rounded up. Check the edges: 0 tokens need 0 pages, 16 need 1.",
-           "`(n_tokens + page_size - 1) // page_size`"],
+           "`(n_tokens + block_size - 1) // block_size`"],
     wrong=[lambda n, p: n // p, lambda n, p: n // p + 1],
     explanation="Every page but the last is full and the last holds the remainder, so the count is "
                 "the length divided by the page size, rounded up.",
 )
 
 
-def append_token(block_table: tuple, num_tokens: int, free_pages: tuple, page_size: int) -> list:
+def append_token(block_table: tuple, num_tokens: int, free_blocks: tuple, block_size: int) -> list:
     """The block table after one more token: a new page only when every held page is full."""
-    if num_tokens % page_size == 0:              # 0 tokens, or the last page is exactly full
-        return list(block_table) + [free_pages[0]]
+    if num_tokens % block_size == 0:             # 0 tokens, or the last page is exactly full
+        return list(block_table) + [free_blocks[0]]
     return list(block_table)
 
 
 def _diagnose_append(answer, expected, args):
-    block_table, num_tokens, free_pages, page_size = args
+    block_table, num_tokens, free_blocks, block_size = args
     if len(answer) == len(expected) + 1:
-        return (f"{num_tokens} tokens leave room on the last page (it holds {num_tokens % page_size} "
-                f"of {page_size}): no new page yet.")
+        return (f"{num_tokens} tokens leave room on the last page (it holds {num_tokens % block_size} "
+                f"of {block_size}): no new page yet.")
     if len(answer) + 1 == len(expected):
         return ("every held page is full (or there is none yet): this token needs a new page."
                 if num_tokens else "an empty sequence holds no page: its first token needs one.")
@@ -62,17 +62,17 @@ append_token = Exercise(
     "ch04.append_token",
     "A sequence holds `num_tokens` tokens in the pages of `block_table` (a tuple of page ids). One more "
     "token arrives. Return its block table afterwards as a new list, taking the first page of "
-    "`free_pages` if, and only if, it needs a new page.",
+    "`free_blocks` if, and only if, it needs a new page.",
     append_token,
     cases=[((), 0, (7, 2, 9), 4), ((7,), 1, (2, 9), 4), ((7,), 3, (2, 9), 4), ((7,), 4, (2, 9), 4),
            ((7, 2), 5, (9,), 4), ((7, 2), 8, (9, 11), 4), ((5,), 15, (3,), 16), ((5,), 16, (3,), 16),
            ((4, 0, 8), 33, (1,), 16), ((1, 2, 3), 3, (4,), 1)],
     diagnose=_diagnose_append,
-    hints=["A page of `page_size` slots is full after tokens number page_size, 2 * page_size, ... "
+    hints=["A page of `block_size` slots is full after tokens number block_size, 2 * block_size, ... "
            "A new page is needed only when the token arrives and all held pages are full.",
-           "The held pages are full when `num_tokens % page_size == 0`; that includes an empty "
+           "The held pages are full when `num_tokens % block_size == 0`; that includes an empty "
            "sequence, which holds no page at all.",
-           "`list(block_table) + [free_pages[0]]` if that holds, else `list(block_table)`."],
+           "`list(block_table) + [free_blocks[0]]` if that holds, else `list(block_table)`."],
     wrong=[lambda bt, n, free, p: list(bt) + [free[0]] if (n + 1) % p == 0 else list(bt),
            lambda bt, n, free, p: list(bt) + [free[0]] if n % p == 0 and n > 0 else list(bt),
            lambda bt, n, free, p: list(bt) + [free[0]]],
@@ -81,17 +81,17 @@ append_token = Exercise(
 )
 
 
-def last_page_len(n_tokens: int, page_size: int) -> int:
-    """Tokens on the last page of a sequence of ``n_tokens >= 1`` tokens: 1 to ``page_size``
+def last_page_len(n_tokens: int, block_size: int) -> int:
+    """Tokens on the last page of a sequence of ``n_tokens >= 1`` tokens: 1 to ``block_size``
     (FlashInfer's ``kv_last_page_len``). A sequence that fills its pages exactly has a FULL last page."""
-    return (n_tokens - 1) % page_size + 1
+    return (n_tokens - 1) % block_size + 1
 
 
 def _diagnose_last(answer, expected, args):
     n, p = args
     if answer == n % p and answer != expected:
-        return (f"`n % page_size` is 0 when {n} tokens fill their pages exactly, but then the last "
-                f"page is full: it holds {p} tokens, not 0. The answer runs from 1 to page_size.")
+        return (f"`n % block_size` is 0 when {n} tokens fill their pages exactly, but then the last "
+                f"page is full: it holds {p} tokens, not 0. The answer runs from 1 to block_size.")
     if answer == p - n % p:
         return "that is the free tail of the last page; the question asks for the tokens on it."
     if answer == n // p:
@@ -101,27 +101,28 @@ def _diagnose_last(answer, expected, args):
 
 last_page_len = Exercise(
     "ch04.last_page_len",
-    "A sequence of `n_tokens` tokens (at least 1) sits in pages of `page_size`. How many tokens are on "
-    "its last page? (FlashInfer calls this `kv_last_page_len`, between 1 and page_size.)",
+    "A sequence of `n_tokens` tokens (at least 1) sits in pages of `block_size`. How many tokens are on "
+    "its last page? (FlashInfer calls this `kv_last_page_len`, between 1 and block_size.)",
     last_page_len,
     cases=[(37, 16), (512, 16), (1, 16), (16, 16), (17, 16), (1900, 16), (4, 16), (5, 1), (64, 32),
            (100, 7)],
     diagnose=_diagnose_last,
     hints=["Every page before the last is full; the last holds what is left, and at least one token.",
-           "The remainder n % page_size is almost it, except when it is 0: then the last page is full.",
-           "`(n_tokens - 1) % page_size + 1`, or `n_tokens - (pages_for(n_tokens, page_size) - 1) * page_size`"],
+           "The remainder n % block_size is almost it, except when it is 0: then the last page is full.",
+           "`(n_tokens - 1) % block_size + 1`, or "
+           "`n_tokens - (blocks_for(n_tokens, block_size) - 1) * block_size`"],
     wrong=[lambda n, p: n % p, lambda n, p: p - n % p],
-    explanation="kv_len = page_size * (num_pages - 1) + last_page_len holds only if a full last page "
-                "counts page_size, never 0.",
+    explanation="kv_len = block_size * (seq_blocks - 1) + last_page_len holds only if a full last page "
+                "counts block_size, never 0.",
 )
 
 # Predict: the five requests (512, 37, 1,900, 128, 4 tokens) with 256-token pages, 40,960-slot pool.
 _LENGTHS, _POOL = (512, 37, 1900, 128, 4), 40_960
 
 
-def capacity_at(lengths: tuple, page_size: int, pool_slots: int) -> int:
-    """Requests of this mix that fit a pool of ``pool_slots`` token slots with pages of ``page_size``."""
-    allocated = sum((n + page_size - 1) // page_size * page_size for n in lengths)
+def capacity_at(lengths: tuple, block_size: int, pool_slots: int) -> int:
+    """Requests of this mix that fit a pool of ``pool_slots`` token slots with pages of ``block_size``."""
+    allocated = sum((n + block_size - 1) // block_size * block_size for n in lengths)
     return pool_slots * len(lengths) // allocated
 
 
@@ -170,7 +171,7 @@ def _diagnose_capacity(answer, expected, args):
 
 capacity_at = Exercise(
     "ch04.capacity_at",
-    "With pages of `page_size` tokens, how many requests of the mix `lengths` fit a pool of "
+    "With pages of `block_size` tokens, how many requests of the mix `lengths` fit a pool of "
     "`pool_slots` token slots? (pool slots divided by the average slots allocated per request, "
     "rounded down)",
     capacity_at,
@@ -187,13 +188,13 @@ capacity_at = Exercise(
          "fit: round down (`//`)."),
         (lambda lengths, p, pool: pool * len(lengths) // sum(-(-n // p) for n in lengths),
          "that divides by the number of pages the mix holds, not by their slots: multiply each "
-         "request's pages by page_size."),
+         "request's pages by block_size."),
     ],
     hints=["Each request allocates whole pages, so its slots are its length rounded up to a multiple "
-           "of page_size.",
+           "of block_size.",
            "Add the rounded-up slots over the mix (`allocated`). The pool holds "
            "`len(lengths)` requests per `allocated` slots.",
-           "`pool_slots * len(lengths) // sum(pages_for(n, page_size) * page_size for n in lengths)`"],
+           "`pool_slots * len(lengths) // sum(blocks_for(n, block_size) * block_size for n in lengths)`"],
     wrong=[lambda lengths, p, pool: pool * len(lengths) // sum(lengths),
            lambda lengths, p, pool: pool // p],
     explanation="Integer arithmetic on whole pages: the mix costs its rounded-up slots, and the pool "

@@ -49,9 +49,9 @@ def _diagnose_slot(got, block_table, token, block_size) -> str | None:
 def gather_keys(key_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """The first ``seq_len`` key rows of a sequence, ``[seq_len, num_kv_heads, head_dim]``, in order."""
     block_size = key_cache.shape[1]
-    num_pages = (seq_len + block_size - 1) // block_size
-    pages = key_cache[block_table[:num_pages].long()]   # [num_pages, block_size, num_kv_heads, head_dim]
-    return pages.flatten(0, 1)[:seq_len]                # [seq_len, num_kv_heads, head_dim]
+    seq_blocks = (seq_len + block_size - 1) // block_size
+    blocks = key_cache[block_table[:seq_blocks].long()]  # [seq_blocks, block_size, num_kv_heads, head_dim]
+    return blocks.flatten(0, 1)[:seq_len]               # [seq_len, num_kv_heads, head_dim]
 
 
 def _gather_cases() -> list[tuple]:
@@ -77,10 +77,10 @@ gather_keys = Exercise(
            "`ceil(seq_len / block_size)` entries of the block table belong to it.",
            "Token t is in block `block_table[t // block_size]` at row `t % block_size`. A loop over the "
            "tokens with `torch.stack` works; so does gathering whole pages at once.",
-           "`block_size = key_cache.shape[1]`. Whole pages: `pages = "
-           "key_cache[block_table[:num_pages].long()]` is `[num_pages, block_size, kv_heads, dim]`; "
-           "`pages.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused tail of the "
-           "last page."],
+           "`block_size = key_cache.shape[1]`, `seq_blocks = ceil(seq_len / block_size)`. Whole blocks: "
+           "`blocks = key_cache[block_table[:seq_blocks].long()]` is `[seq_blocks, block_size, kv_heads, "
+           "dim]`; `blocks.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused tail of the "
+           "last block."],
     wrong=[lambda cache, table, n: cache.flatten(0, 1)[:n],
            lambda cache, table, n: cache[table.long()].flatten(0, 1)],
     diagnose=lambda got, want, args: _diagnose_gather(got, want, args[0].shape[1]),
@@ -104,14 +104,14 @@ def _diagnose_gather(got, want, block_size: int) -> str | None:
     return "Right shape, wrong rows: read the pages in the order the block table gives them."
 
 
-def block_table_to_csr(block_tables: tuple, seq_lens: tuple, page_size: int) -> tuple:
+def block_table_to_csr(block_tables: tuple, seq_lens: tuple, block_size: int) -> tuple:
     """FlashInfer's page table ``(indptr, indices, last_page_len)`` from padded block tables."""
     indptr, indices, last_page_len = [0], [], []
     for row, n in zip(block_tables, seq_lens):
-        pages = (n + page_size - 1) // page_size
+        pages = (n + block_size - 1) // block_size
         indices += list(row[:pages])                      # only the pages the sequence uses
         indptr.append(indptr[-1] + pages)
-        last_page_len.append(n - (pages - 1) * page_size)  # 1 .. page_size
+        last_page_len.append(n - (pages - 1) * block_size)  # 1 .. block_size
     return indptr, indices, last_page_len
 
 
@@ -140,16 +140,16 @@ block_table_to_csr = Exercise(
     compare=_compare_csr,
     diagnose=lambda got, want, args: _diagnose_csr(_as_lists(got), want, args[2]),
     explanation="indices drops the padding, indptr marks where each sequence's pages start, and "
-                "last_page_len is 1 to page_size, so a length is page_size * (pages - 1) + last_page_len.",
+                "last_page_len is 1 to block_size, so a length is block_size * (pages - 1) + last_page_len.",
     hints=["CSR stores a ragged table as one flat list plus offsets: no padding, and one more offset "
            "than there are rows.",
            "`indices` lists every sequence's used pages end to end (leave the padding out); `indptr[s]` "
            "and `indptr[s + 1]` say where sequence s's pages start and stop, so `indptr` starts at 0 and "
            "has one more entry than there are sequences.",
-           "A sequence of n tokens uses `pages = ceil(n / page_size)` pages; its last page holds "
-           "`n - (pages - 1) * page_size` tokens, between 1 and page_size (never 0): `indices += "
+           "A sequence of n tokens uses `pages = ceil(n / block_size)` pages; its last page holds "
+           "`n - (pages - 1) * block_size` tokens, between 1 and block_size (never 0): `indices += "
            "row[:pages]`, `indptr.append(indptr[-1] + pages)`, `last_page_len.append(n - (pages - 1) * "
-           "page_size)`."],
+           "block_size)`."],
     wrong=[lambda bt, lens, p: ([0] + [sum(-(-n // p) for n in lens[:i + 1]) for i in range(len(lens))],
                                 [b for row, n in zip(bt, lens) for b in row[:-(-n // p)]],
                                 [n % p for n in lens]),
@@ -159,14 +159,14 @@ block_table_to_csr = Exercise(
 )
 
 
-def _diagnose_csr(got, want, page_size: int) -> str | None:
+def _diagnose_csr(got, want, block_size: int) -> str | None:
     """Name the usual CSR mistakes: a 0 for a full last page, padding left in, indptr not from 0."""
     if not (isinstance(got, list) and len(got) == 3 and all(isinstance(g, list) for g in got)):
         return "return three lists: (indptr, indices, last_page_len)."
     indptr, indices, last = got
-    if len(last) == len(want[2]) and any(g == 0 and w == page_size for g, w in zip(last, want[2])):
-        return ("last_page_len has a 0 where the last page is full: `n % page_size` is 0 for a full "
-                "page, but a full last page holds page_size tokens (last_page_len is 1 to page_size).")
+    if len(last) == len(want[2]) and any(g == 0 and w == block_size for g, w in zip(last, want[2])):
+        return ("last_page_len has a 0 where the last page is full: `n % block_size` is 0 for a full "
+                "page, but a full last page holds block_size tokens (last_page_len is 1 to block_size).")
     if len(indices) > len(want[1]):
         return "indices is longer than the pages in use: leave the padding entries of each row out."
     if len(indptr) != len(want[0]) or (indptr and indptr[0] != 0):
@@ -177,19 +177,19 @@ def _diagnose_csr(got, want, page_size: int) -> str | None:
 # ---- a prediction: the CSR arrays of a batch ----------------------------------------------------
 
 PREDICT_SEQ_LENS = (8, 5, 12, 1)     # tokens of four sequences
-PREDICT_PAGE_SIZE = 4
+PREDICT_BLOCK_SIZE = 4
 
 
 def _predicted_csr() -> tuple[list[int], list[int]]:
     indptr, _, last = block_table_to_csr.reference([(0,) * 3] * len(PREDICT_SEQ_LENS), PREDICT_SEQ_LENS,
-                                         PREDICT_PAGE_SIZE)
+                                         PREDICT_BLOCK_SIZE)
     return indptr, last
 
 
 _PREDICT_CSR_MISTAKES = [
     (LengthNot(2), "give a pair: (indptr, last_page_len), two lists."),
-    (Item(1, AnyItem(0)), "a last_page_len of 0? `n % page_size` is 0 for a full page, but a full last "
-                          "page holds page_size tokens."),
+    (Item(1, AnyItem(0)), "a last_page_len of 0? `n % block_size` is 0 for a full page, but a full last "
+                          "page holds block_size tokens."),
     (Item(0, LengthNot(len(PREDICT_SEQ_LENS) + 1)),
      f"indptr starts at 0 and has {len(PREDICT_SEQ_LENS) + 1} entries: one more than the sequences."),
     (Item(0, Item(0, Not(0))),
@@ -199,7 +199,7 @@ _PREDICT_CSR_MISTAKES = [
 
 predict_csr = Exercise(
     "ch05.predict_csr",
-    f"Four sequences of {', '.join(map(str, PREDICT_SEQ_LENS))} tokens, pages of {PREDICT_PAGE_SIZE} "
+    f"Four sequences of {', '.join(map(str, PREDICT_SEQ_LENS))} tokens, pages of {PREDICT_BLOCK_SIZE} "
     "tokens. Before running any code, write down FlashInfer's `indptr` and `last_page_len` for them: "
     "answer `(indptr, last_page_len)`.",
     _predicted_csr(),

@@ -44,7 +44,7 @@ def load_page_kernel(out, key_cache, block_table, seq_len, page, kv_head,
 
 def _launch_load_page(kernel, key_cache, block_table, seq_len, page, kv_head):
     block_size, head_dim = key_cache.shape[1], key_cache.shape[3]
-    out = new_output((block_size, head_dim), key_cache.dtype, key_cache.device)  # [BLOCK, DIM]
+    out = new_output((block_size, head_dim), key_cache.dtype, key_cache.device)  # [block_size, head_dim]
     kernel[(1,)](out, key_cache, block_table, seq_len, page, kv_head, *key_cache.stride()[:3],
                  BLOCK_SIZE=block_size, HEAD_DIM=head_dim)
     return out

@@ -63,21 +63,21 @@ reserve_max_capacity = Exercise(
 # ---- exercise 2: the page size that minimises waste + table overhead -------------------------------
 
 
-def page_size_cost(lengths: list[int], block_size: int, per_page_cost: float) -> float:
+def block_size_cost(lengths: list[int], block_size: int, per_block_cost: float) -> float:
     """Waste plus overhead, in slot-equivalents: sum over requests of (pages * block_size - length)
-    plus per_page_cost * pages, where pages = ceil(length / block_size)."""
+    plus per_block_cost * pages, where pages = ceil(length / block_size)."""
     pages = [-(-n // block_size) for n in lengths]
     waste = sum(p * block_size - n for p, n in zip(pages, lengths))
-    return waste + per_page_cost * sum(pages)
+    return waste + per_block_cost * sum(pages)
 
 
-def best_page_size(lengths: list[int], per_page_cost: float, candidates: list[int]) -> int:
+def best_block_size(lengths: list[int], per_block_cost: float, candidates: list[int]) -> int:
     """The candidate page size with the lowest waste + per-page overhead (the smallest one on a tie)."""
     best_size, best_cost = None, None
     for size in sorted(candidates):                  # small to large: a tie keeps the smaller size
         pages = [-(-n // size) for n in lengths]     # ceil(n / size) for every request
         waste = sum(p * size - n for p, n in zip(pages, lengths))
-        cost = waste + per_page_cost * sum(pages)
+        cost = waste + per_block_cost * sum(pages)
         if best_cost is None or cost < best_cost:
             best_size, best_cost = size, cost
     return best_size
@@ -88,27 +88,27 @@ def _argmin(lengths, candidates, cost):
 
 
 def _diagnose_best(answer, expected, args):
-    lengths, per_page_cost, candidates = args
+    lengths, per_block_cost, candidates = args
     if answer not in candidates:
         return "The answer must be one of the candidate page sizes."
-    waste_only = _argmin(lengths, candidates, lambda b: page_size_cost(lengths, b, 0.0))
+    waste_only = _argmin(lengths, candidates, lambda b: block_size_cost(lengths, b, 0.0))
     pages_only = _argmin(lengths, candidates, lambda b: sum(-(-n // b) for n in lengths))
     if answer == waste_only != expected:
-        return "That minimises the waste alone: each page also costs per_page_cost."
+        return "That minimises the waste alone: each page also costs per_block_cost."
     if answer == pages_only != expected:
         return "That minimises the number of pages alone: the unused tail of each last page counts too."
-    if page_size_cost(lengths, answer, per_page_cost) == page_size_cost(lengths, expected, per_page_cost):
+    if block_size_cost(lengths, answer, per_block_cost) == block_size_cost(lengths, expected, per_block_cost):
         return "That ties for the lowest cost: on a tie, pick the smallest page size."
     return "Compare the cost of every candidate: is each request's page count rounded up?"
 
 
-best_page_size = Exercise(
-    "ch12.best_page_size",
+best_block_size = Exercise(
+    "ch12.best_block_size",
     "Each request of `lengths` tokens holds pages = ceil(length / B) pages of B slots. Cost(B) = "
-    "sum over requests of (pages * B - length) + per_page_cost * sum of pages (the unused slots plus "
+    "sum over requests of (pages * B - length) + per_block_cost * sum of pages (the unused slots plus "
     "the per-page bookkeeping, both in slots). Return the B in `candidates` with the lowest cost; on a "
     "tie, the smallest such B.",
-    best_page_size,
+    best_block_size,
     cases=[([496], 0.0, POW2_SIZES),
            ([512, 37, 1900, 128, 4], 4.0, POW2_SIZES),
            ([161, 338, 499, 1024, 77, 5, 2000, 640], 8.0, POW2_SIZES),
@@ -122,12 +122,12 @@ best_page_size = Exercise(
            "candidate.",
            "pages = -(-length // B) rounds up. Keep the candidates sorted from small to large and only "
            "replace the best one when the cost is strictly lower: that settles ties.",
-           "min(sorted(candidates), key=lambda B: sum((-(-n // B)) * B - n + per_page_cost * (-(-n // B)) "
+           "min(sorted(candidates), key=lambda B: sum((-(-n // B)) * B - n + per_block_cost * (-(-n // B)) "
            "for n in lengths))"],
-    wrong=[lambda lengths, c, cands: min(sorted(cands), key=lambda b: page_size_cost(lengths, b, 0.0)),
+    wrong=[lambda lengths, c, cands: min(sorted(cands), key=lambda b: block_size_cost(lengths, b, 0.0)),
            lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(-(-n // b) for n in lengths)),
            lambda lengths, c, cands: min(sorted(cands, reverse=True),
-                                         key=lambda b: page_size_cost(lengths, b, c))],
+                                         key=lambda b: block_size_cost(lengths, b, c))],
     explanation="Small pages waste less of each last page but cost more pages; the best size balances "
                 "the two, and it is smaller for shorter requests.",
 )

@@ -10,8 +10,8 @@ how the cache is laid out:
 - *reserve-max* (:func:`reserve_max_plan`): every request gets one contiguous slot of ``max_len``
   tokens, because its final length is unknown (:func:`reserve_max_slots`, the rule every reserve-max
   in the course uses). Short replies leave most of the slot as padding.
-- *paged* (:func:`paged_plan`): the cache is cut into pages of ``page_size`` tokens and a request holds
-  only the whole pages it fills (:func:`pages_for`), so it wastes less than one page.
+- *paged* (:func:`paged_plan`): the cache is cut into blocks (pages) of ``block_size`` tokens and a
+  request holds only the whole blocks it fills (:func:`blocks_for`), so it wastes less than one block.
 
 A :class:`Plan` reports the token slots used and allocated, the waste and the capacity of a pool.
 :func:`usable_memory` is the one rule for how much of a GPU an engine takes (:data:`GPU_MEMORY_UTILIZATION`);
@@ -31,7 +31,8 @@ from typing import Sequence
 
 from ..validation import as_int, cdiv, positive_int
 
-__all__ = ["pages_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan", "ModelSpec",
+__all__ = ["blocks_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan",
+           "ModelSpec",
            "MODELS", "model_spec", "requests_that_fit", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
            "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
@@ -40,7 +41,7 @@ KiB = 1024
 GiB = 1024 ** 3
 
 
-# ---- pages -------------------------------------------------------------------------------------
+# ---- blocks ------------------------------------------------------------------------------------
 def _int(value, minimum: int) -> int | None:
     """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None.
     (Counts that must be >= 1 and say so in the shared wording use ``validation.positive_int``; this
@@ -49,18 +50,22 @@ def _int(value, minimum: int) -> int | None:
     return value if value is not None and value >= minimum else None
 
 
-def pages_for(n_tokens: int, page_size: int) -> int:
-    """Whole pages needed to hold ``n_tokens`` tokens: ``ceil(n_tokens / page_size)``.
+def blocks_for(n_tokens: int, block_size: int) -> int:
+    """Whole blocks needed to hold ``n_tokens`` tokens: ``ceil(n_tokens / block_size)``.
 
-    A partly filled last page still counts as a page: ``pages_for(37, 16) == 3`` (48 slots for 37
-    tokens). Zero tokens need zero pages.
+    A partly filled last block still counts as a block: ``blocks_for(37, 16) == 3`` (48 slots for 37
+    tokens). Zero tokens need zero blocks.
     """
-    page, n = _int(page_size, 1), _int(n_tokens, 0)
-    if page is None:
-        raise ValueError(f"page_size must be an integer of at least 1 token; got {page_size!r}")
+    block, n = _int(block_size, 1), _int(n_tokens, 0)
+    if block is None:
+        raise ValueError(f"block_size must be an integer of at least 1 token; got {block_size!r}")
     if n is None:
         raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
-    return cdiv(n, page)
+    return cdiv(n, block)
+
+
+# Chapter 4 meets a block as a "page" first; code written against that first name keeps working.
+pages_for = blocks_for
 
 
 def next_pow2(n: int) -> int:
@@ -89,12 +94,12 @@ class PlanRow:
     """One request in a :class:`Plan`.
 
     ``length`` tokens of real K/V sit in ``allocated`` slots. The unused slots are either the tail of
-    the last page (``tail``, paged plans) or the padding of a reserved slot (``padding``, reserve-max).
-    ``pages`` is the number of pages (1 slot of ``max_len`` for reserve-max).
+    the last block (``tail``, paged plans) or the padding of a reserved slot (``padding``, reserve-max).
+    ``blocks`` is the number of blocks (1 slot of ``max_len`` for reserve-max).
     """
     request: str
     length: int
-    pages: int
+    blocks: int
     allocated: int
     tail: int = 0
     padding: int = 0
@@ -110,7 +115,7 @@ class Plan:
     """How a batch of requests is laid out in a KV cache, and what that costs.
 
     ``kind`` is ``"reserve-max"`` (``unit`` = ``max_len``, the slot per request) or ``"paged"``
-    (``unit`` = ``page_size``). ``rows`` has one :class:`PlanRow` per request; ``table()`` gives them
+    (``unit`` = ``block_size``). ``rows`` has one :class:`PlanRow` per request; ``table()`` gives them
     as dicts for display. All sizes are in token slots; multiply by
     :attr:`ModelSpec.kv_bytes_per_token` for bytes.
     """
@@ -143,9 +148,9 @@ class Plan:
         return 1 - self.used / self.allocated if self.allocated else 0.0
 
     @property
-    def num_pages(self) -> int:
-        """Pages in all block tables together (reserve-max: one slot per request)."""
-        return sum(r.pages for r in self.rows)
+    def num_blocks(self) -> int:
+        """Blocks in all block tables together (reserve-max: one slot per request)."""
+        return sum(r.blocks for r in self.rows)
 
     def capacity(self, pool_slots: int) -> int:
         """How many requests of this mix fit a pool of ``pool_slots`` token slots.
@@ -161,20 +166,20 @@ class Plan:
         return pool * self.n_requests // self.allocated
 
     def table(self) -> list[dict]:
-        """The rows as a list of dicts (request, length, pages, allocated, tail, padding)."""
+        """The rows as a list of dicts (request, length, blocks, allocated, tail, padding)."""
         return [asdict(r) for r in self.rows]
 
     def text(self) -> str:
         """The rows and the totals as an aligned text table."""
-        head = ["request", "len", "pages" if self.kind == "paged" else "slots", "alloc",
+        head = ["request", "len", "blocks" if self.kind == "paged" else "slots", "alloc",
                 "tail waste" if self.kind == "paged" else "padding"]
-        body = [[r.request, r.length, r.pages, r.allocated, r.tail if self.kind == "paged" else r.padding]
+        body = [[r.request, r.length, r.blocks, r.allocated, r.tail if self.kind == "paged" else r.padding]
                 for r in self.rows]
-        body.append(["total", self.used, self.num_pages, self.allocated, self.allocated - self.used])
+        body.append(["total", self.used, self.num_blocks, self.allocated, self.allocated - self.used])
         cells = [head] + [[f"{v:,}" if isinstance(v, int) else v for v in row] for row in body]
         widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
         lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-        lines.append(f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'page_size'}="
+        lines.append(f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'block_size'}="
                      f"{self.unit}): waste {self.waste:.1%}")
         return "\n".join(lines)
 
@@ -215,17 +220,17 @@ def reserve_max_plan(lengths: Sequence[int], max_len: int) -> Plan:
     return Plan("reserve-max", max_len, rows)
 
 
-def paged_plan(lengths: Sequence[int], page_size: int) -> Plan:
-    """The paged layout: each request holds ``pages_for(length, page_size)`` whole pages.
+def paged_plan(lengths: Sequence[int], block_size: int) -> Plan:
+    """The paged layout: each request holds ``blocks_for(length, block_size)`` whole blocks.
 
-    The only waste is the unused tail of each request's last page, at most ``page_size - 1`` tokens.
+    The only waste is the unused tail of each request's last block, at most ``block_size - 1`` tokens.
     """
     lengths = _check_lengths(lengths)
     rows = []
     for i, n in enumerate(lengths):
-        pages = pages_for(n, page_size)
-        rows.append(PlanRow(f"r{i + 1}", n, pages, pages * page_size, tail=pages * page_size - n))
-    return Plan("paged", operator.index(page_size), rows)
+        blocks = blocks_for(n, block_size)
+        rows.append(PlanRow(f"r{i + 1}", n, blocks, blocks * block_size, tail=blocks * block_size - n))
+    return Plan("paged", operator.index(block_size), rows)
 
 
 # ---- models ------------------------------------------------------------------------------------

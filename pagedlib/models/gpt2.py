@@ -99,10 +99,8 @@ class GPT2(PagedLM):
     :meth:`forward` on a :class:`PagedBatch`; :class:`pagedlib.LLM` does all of that for you."""
 
     def __init__(self, config: GPT2Config, backend: str | None = None):
-        super().__init__(backend)
-        self.config = config
-        self.context_length, self.vocab_size = config.n_positions, config.vocab_size
-        self.kv_shape = KVShape(config.n_layer, config.n_head, config.head_dim)
+        super().__init__(config, backend, context_length=config.n_positions, vocab_size=config.vocab_size,
+                         kv_shape=KVShape(config.n_layer, config.n_head, config.head_dim))
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.n_positions, config.n_embd)
         self.layers = nn.ModuleList(GPT2Layer(config) for _ in range(config.n_layer))

@@ -101,15 +101,15 @@ class PagedModel(Protocol):
 
 class PagedLM(nn.Module):
     """Base class of the paged models: the backend (chosen once, validated in the first layer only),
-    device, dtype, the cache, the parameter count and the output head. A subclass sets
-    ``context_length``, ``vocab_size``, ``kv_shape`` and defines ``forward``."""
+    device, dtype, the cache, the parameter count and the output head. A subclass passes its config,
+    context length, vocabulary size and KV shape to ``__init__``, then builds its layers and defines
+    ``forward``."""
 
-    context_length: int
-    vocab_size: int
-    kv_shape: KVShape
-
-    def __init__(self, backend: str | None = None):
+    def __init__(self, config, backend: str | None, *, context_length: int, vocab_size: int,
+                 kv_shape: KVShape):
         super().__init__()
+        self.config = config
+        self.context_length, self.vocab_size, self.kv_shape = context_length, vocab_size, kv_shape
         self.backend = backend or DEFAULT_BACKEND
 
     @property

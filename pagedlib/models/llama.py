@@ -144,10 +144,9 @@ class Llama(PagedLM):
     :meth:`from_hf`; :class:`pagedlib.LLM` serves it as it serves :class:`pagedlib.GPT2`."""
 
     def __init__(self, config: LlamaConfig, backend: str | None = None):
-        super().__init__(backend)
-        self.config = config
-        self.context_length, self.vocab_size = config.max_position_embeddings, config.vocab_size
-        self.kv_shape = KVShape(config.num_layers, config.num_kv_heads, config.head_dim)
+        super().__init__(config, backend, context_length=config.max_position_embeddings,
+                         vocab_size=config.vocab_size,
+                         kv_shape=KVShape(config.num_layers, config.num_kv_heads, config.head_dim))
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.rope = RotaryEmbedding(config)
         self.layers = nn.ModuleList(LlamaLayer(config) for _ in range(config.num_layers))

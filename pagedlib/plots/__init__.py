@@ -14,6 +14,6 @@ from .sim import *  # noqa: F401,F403
 from .engine import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .sharing import *  # noqa: F401,F403
-from .pages import *  # noqa: F401,F403
+from .paging import *  # noqa: F401,F403
 
 use_course_style()

@@ -5,7 +5,7 @@
   ``rows[:, None] + dims[None, :]`` picks one page's tile of one K/V head out of it.
 - :func:`decode_kernel_map`: chapter 8's decode grid, its tiles on their way up the memory
   hierarchy, and the arithmetic intensity of decode against prefill and the GPU's ridge point.
-- :func:`page_size_kernel_side`: chapter 9's kernel side of the page size: what a tile of K/V
+- :func:`block_size_kernel_side`: chapter 9's kernel side of the page size: what a tile of K/V
   touches at each page size (from the launch configuration), and what stays the same.
 - :func:`split_k_ranges`: chapter 9's split-K ranges of each sequence and the log-sum-exp merge.
 - :func:`varlen_launch`: chapter 9's one kernel for every step: one launch's programs over a mixed
@@ -30,7 +30,7 @@ from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
 from .style import COLORS, FIGURE_WIDTH, wrap
 
-__all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "page_size_kernel_side", "tile_footprint",
+__all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "block_size_kernel_side", "tile_footprint",
            "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy", "decode_kernel_map",
            "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv"]
 
@@ -190,34 +190,34 @@ def cache_tile_addresses(shape: tuple[int, int, int, int] = (6, 4, 2, 8), block:
     return fig
 
 
-def tile_footprint(page_size: int, head_dim: int = 128, seq_len: int = 2048, elem_bytes: int = 2) -> dict:
-    """What one K tile of the course's kernels touches with pages of ``page_size`` tokens: the tile
+def tile_footprint(block_size: int, head_dim: int = 128, seq_len: int = 2048, elem_bytes: int = 2) -> dict:
+    """What one K tile of the course's kernels touches with pages of ``block_size`` tokens: the tile
     (``kv_tile``: tokens per step, the same at every page size), the distinct blocks it spans (at
     most one per token), the bytes of each contiguous load (one token's row of one K/V head), and a
     ``seq_len``-token request's block-table entries."""
     tile = kv_tile(head_dim)
-    return dict(tile_tokens=tile, blocks_per_tile=-(-tile // page_size) if page_size < tile else 1,
+    return dict(tile_tokens=tile, blocks_per_tile=-(-tile // block_size) if block_size < tile else 1,
                 row_bytes=head_dim * elem_bytes, tile_bytes=tile * head_dim * elem_bytes,
-                table_entries=-(-seq_len // page_size))
+                table_entries=-(-seq_len // block_size))
 
 
-def page_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
-                          page_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)):
+def block_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
+                           block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)):
     """Chapter 9: the kernel side of the page size. Top, what changes: the distinct blocks one K
     tile spans and a request's block-table entries. Bottom, what does not: the tile's bytes (so its
     registers and shared memory) and the bytes of each contiguous row load."""
-    rows = [tile_footprint(b, head_dim, seq_len) for b in page_sizes]
+    rows = [tile_footprint(b, head_dim, seq_len) for b in block_sizes]
     fig, (left, right) = plt.subplots(2, 1, figsize=(5.4, 7.6), sharex=True)
-    left.plot(page_sizes, [r["blocks_per_tile"] for r in rows], "o-", color=COLORS["kv"],
+    left.plot(block_sizes, [r["blocks_per_tile"] for r in rows], "o-", color=COLORS["kv"],
               label=f"blocks a {rows[0]['tile_tokens']}-token K tile spans")
-    left.plot(page_sizes, [r["table_entries"] for r in rows], "s--", color=COLORS["tail"],
+    left.plot(block_sizes, [r["table_entries"] for r in rows], "s--", color=COLORS["tail"],
               label=f"table entries, {seq_len:,}-token request")
     left.set_yscale("log", base=2)
     left.set_ylabel("count (log scale)")
     left.set_title("what the page size changes:\nlookups and scattering", fontsize=11)
-    right.plot(page_sizes, [r["tile_bytes"] / 1024 for r in rows], "o-", color=COLORS["shared"],
+    right.plot(block_sizes, [r["tile_bytes"] / 1024 for r in rows], "o-", color=COLORS["shared"],
                label=f"K tile: {rows[0]['tile_tokens']} tokens, {rows[0]['tile_bytes'] // 1024} KB")
-    right.plot(page_sizes, [r["row_bytes"] / 1024 for r in rows], "s--", color=COLORS["other"],
+    right.plot(block_sizes, [r["row_bytes"] / 1024 for r in rows], "s--", color=COLORS["other"],
                label=f"one load: a row of one head, {rows[0]['row_bytes']} B")
     right.set_yscale("log", base=2)
     right.set_ylim(0.1, 64)
@@ -228,7 +228,7 @@ def page_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
     for ax in (left, right):
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xscale("log", base=2)
-        ax.set_xticks(page_sizes, [str(b) for b in page_sizes])
+        ax.set_xticks(block_sizes, [str(b) for b in block_sizes])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
         ax.legend(fontsize=10, loc="upper right")
@@ -351,17 +351,17 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
 
 
 def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits: int, tile: int,
-                  block_m: int = 16, split_q: int = 4):
+                  tile_m: int = 16, split_q: int = 4):
     """Chapter 9: one launch of ``paged_attention_varlen`` over a mixed batch, for one KV head.
 
-    One row per program of the grid (``total_q // block_q + num_seqs`` tiles x ``num_splits``, an
+    One row per program of the grid (``total_q // tile_q + num_seqs`` tiles x ``num_splits``, an
     upper bound from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
-    key position), coloured by sequence; its label says which new tokens it owns (``block_q =
-    block_m // group`` tokens x the group's heads make its ``block_m`` rows) and, for a split
+    key position), coloured by sequence; its label says which new tokens it owns (``tile_q =
+    tile_m // group`` tokens x the group's heads make its ``tile_m`` rows) and, for a split
     sequence's programs, which split. Programs that exit at once are grey rows marked "exits".
     """
-    block_q = block_m // group
-    programs = varlen_programs(chunks, contexts, block_q, num_splits, tile, split_q)
+    tile_q = tile_m // group
+    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, split_q)
     palette = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
                COLORS["padding"]]
     longest = max(contexts)
@@ -397,7 +397,7 @@ def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits
                        0.75 * FIGURE_WIDTH, 10), fontsize=10)
     kinds = ", ".join(f"seq {s}: {'decode' if c == 1 else f'{c} new'} of {n}"
                       for s, (c, n) in enumerate(zip(chunks, contexts)))
-    title = (f"One launch, one KV head: {len(programs)} programs ({block_q} tokens x {group} heads per "
+    title = (f"One launch, one KV head: {len(programs)} programs ({tile_q} tokens x {group} heads per "
              f"tile, {num_splits} splits)")
     ax.set_title(wrap(title, 0.75 * FIGURE_WIDTH, 10) + "\n" + wrap(kinds, 0.75 * FIGURE_WIDTH, 10), fontsize=10)
     fig.tight_layout()

@@ -17,7 +17,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
 from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, wrap
 
-__all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_page_size", "plot_block_tables",
+__all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_block_size", "plot_block_tables",
            "plot_kv_memory"]
 
 
@@ -131,27 +131,28 @@ def _event_label(event: tuple) -> str:
     return f"+{event[1]} ({event[2]:,})" if event[0] == "arrive" else f"-{event[1]}"
 
 
-def plot_waste_vs_page_size(lengths: Sequence[int], page_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
-                            *, max_len: int | None = None, pool_slots: int | None = None, ax=None):
-    """Waste of the paged layout as pages grow: at most ``page_size - 1`` tokens per request.
+def plot_waste_vs_block_size(lengths: Sequence[int],
+                             block_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+                             *, max_len: int | None = None, pool_slots: int | None = None, ax=None):
+    """Waste of the paged layout as pages grow: at most ``block_size - 1`` tokens per request.
 
     With ``max_len`` the reserve-max waste is drawn as a dashed line for comparison; with
     ``pool_slots`` each point is labelled with the number of requests of this mix that fit.
     """
     from ..memory.capacity import reserve_max_plan
     fig, ax = _axes(ax, (FIGURE_WIDTH, 3.8))
-    plans = [paged_plan(lengths, p) for p in page_sizes]
+    plans = [paged_plan(lengths, p) for p in block_sizes]
     waste = [100 * p.waste for p in plans]
-    ax.plot(page_sizes, waste, marker="o", color=COLORS["kv"], label="paged")
+    ax.plot(block_sizes, waste, marker="o", color=COLORS["kv"], label="paged")
     if pool_slots:
-        for x, y, plan in zip(page_sizes, waste, plans):
+        for x, y, plan in zip(block_sizes, waste, plans):
             ax.annotate(f"{plan.capacity(pool_slots)}", (x, y), textcoords="offset points", xytext=(0, 6),
                         ha="center", fontsize=10)
     if max_len:
         ax.axhline(100 * reserve_max_plan(lengths, max_len).waste, ls="--", color=COLORS["padding"],
                    label=f"reserve-max (max_len {max_len:,})")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(list(page_sizes), [str(p) for p in page_sizes])
+    ax.set_xticks(list(block_sizes), [str(p) for p in block_sizes])
     ax.tick_params(axis="x", labelsize=10)
     ax.set_ylim(0, 100 if max_len else max(waste) * 1.25 + 1)
     ax.set_xlabel("page size (tokens)")

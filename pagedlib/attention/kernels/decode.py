@@ -48,13 +48,19 @@ def attend_tiles(q, q_pos, start, end, table_row,
                  stride_kb, stride_kt, stride_vb, stride_vt, kv_head_k, kv_head_v,
                  scale,
                  BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 BASE2: tl.constexpr = False):
     """Attend query rows to tokens ``start .. end - 1`` of one sequence with an online softmax.
 
     q [ROWS, HEAD_DIM_PAD] query rows; q_pos [ROWS] the position of each row's token (a row sees
     keys at positions <= its own: causal). ``table_row`` points at the sequence's block table row;
     ``kv_head_k`` / ``kv_head_v`` are the KV head's offsets inside a cache row. Returns the fp32
     running state: unnormalised output acc [ROWS, HEAD_DIM_PAD], max m_i [ROWS], sum l_i [ROWS].
+    A row that sees no key keeps m_i = -inf and l_i = 0.
+
+    ``BASE2`` (chapter 9's varlen kernel): the softmax in base 2, ``exp2`` instead of ``exp``, with
+    ``log2(e)`` folded into ``scale`` by the caller; m_i is then a base-2 maximum. It is a
+    compile-time switch: the kernels that leave it off compile exactly as they would without it.
     """
     acc = tl.zeros(q.shape, dtype=tl.float32)                      # [ROWS, HEAD_DIM_PAD]
     m_i = tl.full([q.shape[0]], float("-inf"), dtype=tl.float32)   # [ROWS]
@@ -83,8 +89,12 @@ def attend_tiles(q, q_pos, start, end, table_row,
         # there instead (alpha and p are then exp(-inf) = 0, as they should be)
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))            # [ROWS]
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)      # [ROWS]
-        alpha = tl.exp(m_i - m_safe)                               # [ROWS]
-        p = tl.exp(scores - m_safe[:, None])                       # [ROWS, TILE]
+        if BASE2:
+            alpha = tl.exp2(m_i - m_safe)                          # [ROWS]
+            p = tl.exp2(scores - m_safe[:, None])                  # [ROWS, TILE]
+        else:
+            alpha = tl.exp(m_i - m_safe)                           # [ROWS]
+            p = tl.exp(scores - m_safe[:, None])                   # [ROWS, TILE]
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new

@@ -2,7 +2,7 @@
 
 A Triton kernel's speed and whether it runs at all depend on numbers chosen at launch, not in the
 kernel: how many K/V tokens a program loads per step (``TILE``), how many new tokens a prefill
-program owns (``BLOCK_M``), how many warps share the work (``num_warps``) and how many tiles the
+program owns (``TILE_M``), how many warps share the work (``num_warps``) and how many tiles the
 compiler loads ahead (``num_stages``). ``launch_config`` chooses all of them from the head dim, the
 dtype, the GQA group and the GPU's compute capability; every launcher in ``pagedlib.attention.triton_backend``
 uses it, and ``python -m pagedlib.bench kernels --resources`` compiles every kernel with exactly
@@ -20,8 +20,8 @@ from ...validation import positive_int
 MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: the GQA group is padded to 16 query rows
 KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
 CUDA_CORE_TILE = 16          # K/V tokens per step where the dots run on CUDA cores (a T4, or fp32)
-PREFILL_BLOCK_M = 32         # new tokens per prefill program on tensor cores ...
-CUDA_CORE_BLOCK_M = 16       # ... and on CUDA cores
+PREFILL_TILE_M = 32          # new tokens per prefill program on tensor cores ...
+CUDA_CORE_TILE_M = 16        # ... and on CUDA cores
 FOUR_WARP_ACC = 16 * 128     # accumulator elements (query rows x padded head dim) 4 warps hold
 COPY_WARPS = 4               # merge and write_kv: element-wise kernels without a loop
 INTERPRETER = None           # the "capability" of the Triton interpreter (CPU): no registers to spill
@@ -92,14 +92,14 @@ class LaunchConfig:
     group: int               # GROUP: query heads per KV head
     group_pad: int           # GROUP_PAD: decode rows per program
     tile: int                # TILE: K/V tokens per step of the loop
-    block_m: int             # BLOCK_M: new tokens per prefill program
+    tile_m: int              # TILE_M: new tokens per prefill program
     num_warps: int           # decode, split-K and prefill; merge and write_kv use COPY_WARPS
     num_stages: int          # tiles loaded ahead by the software pipeline
     dot_precision: str       # "ieee" (true fp32) or "tf32" (ignored for fp16 and bf16)
 
     @property
-    def block_q(self) -> int:
-        """``BLOCK_Q``: new tokens per program of the varlen kernel, whose packed tile has ``group_pad``
+    def tile_q(self) -> int:
+        """``TILE_Q``: new tokens per program of the varlen kernel, whose packed tile has ``group_pad``
         rows, each (token, query head of the group): 16 tokens at group 1, 2 at group 8, 1 past 16."""
         return self.group_pad // self.group
 
@@ -115,7 +115,7 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
       passes through shared memory. On CUDA cores (a T4; fp32) each thread keeps whole rows of both
       operands of every dot in registers, so a 64-token tile needs more than the 255 registers a
       thread may have and spills to memory; 16 tokens fit every head dim up to 256.
-    - ``block_m``: 32 new tokens per prefill program on tensor cores, 16 on CUDA cores (the same
+    - ``tile_m``: 32 new tokens per prefill program on tensor cores, 16 on CUDA cores (the same
       register argument, for the query rows).
     - ``num_warps``: 4 warps (128 threads) hold decode's ``[16, 128]`` fp32 accumulator in 16
       registers a thread; wider rows (head_dim 256) or bigger groups (more than 16 query heads per
@@ -133,7 +133,7 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
     tile = kv_tile(head_dim, dtype) if tensor_cores else min(kv_tile(head_dim, dtype), CUDA_CORE_TILE)
     async_copy = capability is INTERPRETER or tuple(capability) >= (8, 0)
     return LaunchConfig(head_dim=head_dim, head_dim_pad=head_dim_pad, group=group, group_pad=group_pad,
-                        tile=tile, block_m=PREFILL_BLOCK_M if tensor_cores else CUDA_CORE_BLOCK_M,
+                        tile=tile, tile_m=PREFILL_TILE_M if tensor_cores else CUDA_CORE_TILE_M,
                         num_warps=4 if group_pad * head_dim_pad <= FOUR_WARP_ACC else 8,
                         num_stages=3 if async_copy else 1,
                         dot_precision="ieee" if dtype == torch.float32 else "tf32")
@@ -161,7 +161,7 @@ def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
 
 def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``prefill_kernel``."""
-    return dict(GROUP=cfg.group, BLOCK_M=cfg.block_m, **_loop_meta(cfg, block_size))
+    return dict(GROUP=cfg.group, TILE_M=cfg.tile_m, **_loop_meta(cfg, block_size))
 
 
 VARLEN_FP32_WIDE_WARPS = 4   # the varlen kernel's warps for fp32 at head_dim 256 (see varlen_meta)
@@ -170,13 +170,14 @@ VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at mo
 
 def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``varlen_kernel``: the packed tile is ``group_pad`` rows of
-    ``block_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
-    meta = dict(GROUP=cfg.group, BLOCK_M=cfg.group_pad, BLOCK_Q=cfg.block_q, SPLIT_Q=VARLEN_SPLIT_Q,
+    ``tile_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
+    meta = dict(GROUP=cfg.group, TILE_M=cfg.group_pad, TILE_Q=cfg.tile_q, SPLIT_Q=VARLEN_SPLIT_Q,
                 **_loop_meta(cfg, block_size))
-    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256:
+    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256 and cfg.group_pad == MIN_DOT_ROWS:
         # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
         # on sm_75 and sm_80 (group 1, ``bench kernels --resources``); 4 warps hold it in about 160
-        # registers with no spill
+        # registers with no spill. A tile of more rows (a group past 16) keeps decode's 8 warps: with
+        # 4, group 32 spilled 1,144 bytes per thread on sm_90
         meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
     return meta
 
@@ -190,10 +191,10 @@ def varlen_merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
 def varlen_grid(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig,
                 num_splits: int) -> tuple[int, int, int]:
     """The varlen kernel's grid from shapes alone: an upper bound on the (tokens x group) tiles of
-    every sequence, ``total_q // block_q + num_seqs``, per KV head, per split. Sequence ``s``'s
-    tiles are numbered from ``query_start_loc[s] // block_q + s``; programs past a sequence's last
+    every sequence, ``total_q // tile_q + num_seqs``, per KV head, per split. Sequence ``s``'s
+    tiles are numbered from ``query_start_loc[s] // tile_q + s``; programs past a sequence's last
     tile exit at once, so no chunk length is read back to the host."""
-    return (total_q // cfg.block_q + num_seqs, num_kv_heads, num_splits)
+    return (total_q // cfg.tile_q + num_seqs, num_kv_heads, num_splits)
 
 
 def varlen_num_splits(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig, max_seq_len: int,
@@ -201,7 +202,7 @@ def varlen_num_splits(total_q: int, num_seqs: int, num_kv_heads: int, cfg: Launc
     """``num_splits=None`` for the varlen kernel: ``choose_num_splits`` with the grid's tiles as the
     programs (shapes only). It depends on the batch, so a sequence's output may differ in its last
     bits from one batch to the next; pass a fixed ``num_splits`` for batch-invariant results."""
-    tiles = total_q // cfg.block_q + num_seqs
+    tiles = total_q // cfg.tile_q + num_seqs
     return choose_num_splits(tiles, num_kv_heads, max_seq_len, sms)
 
 

@@ -4,13 +4,13 @@ Under a token budget (chapters 10 and 11) nearly every engine step is *mixed*: s
 one new token (decode), others a chunk of a prompt (chunked prefill). ``varlen_kernel`` serves all of
 them in one launch, with the two ideas of chapters 8 and 9 combined:
 
-- **Packed GQA tile.** A program owns ``BLOCK_Q`` consecutive new tokens of one sequence and the
-  ``GROUP`` query heads that share one KV head: ``BLOCK_Q * GROUP`` rows of one ``[BLOCK_M,
+- **Packed GQA tile.** A program owns ``TILE_Q`` consecutive new tokens of one sequence and the
+  ``GROUP`` query heads that share one KV head: ``TILE_Q * GROUP`` rows of one ``[TILE_M,
   HEAD_DIM_PAD]`` query tile (row ``r`` is token ``r // GROUP``, head ``r % GROUP``). Every K/V row
   the program reads serves the whole tile, so a GQA group's cache is read once, not once per head.
   A decode row is a tile whose token count is 1.
-- **An upper-bound grid.** Sequence ``s``'s tiles are numbered from ``query_start_loc[s] // BLOCK_Q
-  + s``, so ``total_q // BLOCK_Q + num_seqs`` programs per KV head are always enough, whatever the
+- **An upper-bound grid.** Sequence ``s``'s tiles are numbered from ``query_start_loc[s] // TILE_Q
+  + s``, so ``total_q // TILE_Q + num_seqs`` programs per KV head are always enough, whatever the
   chunk lengths: the grid comes from shapes alone (no value read back to the host, so a CUDA graph
   can capture the launch). A program finds its sequence by binary search and exits if its tile
   number is past the sequence's last tile.
@@ -21,7 +21,8 @@ them in one launch, with the two ideas of chapters 8 and 9 combined:
   attend in one pass (their split programs > 0 exit at once).
 - **exp2.** Scores are computed in base 2: ``log2(e)`` is folded into ``scale``, so
   ``exp(x * scale) = exp2(x * scale * log2(e))`` and the softmax costs one ``exp2`` per score (the
-  GPU's native instruction). Maxima and log-sum-exps are in base 2 too.
+  GPU's native instruction). Maxima and log-sum-exps are in base 2 too. The loop over the keys is
+  chapter 8's ``attend_tiles``, with its compile-time switch ``BASE2`` on.
 - **No NaN from masked tiles.** A row may see no key in a whole tile or a whole split (the causal
   mask, an empty split); its running max stays ``-inf`` and ``exp2(-inf - -inf)`` would be NaN, so
   the max is replaced by 0 where it is still ``-inf``. Cache slots a sequence does not own (past
@@ -32,7 +33,7 @@ import math
 import triton
 import triton.language as tl
 
-from .decode import normalise
+from .decode import attend_tiles, normalise
 
 LOG2E = 1.4426950408889634     # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -44,7 +45,7 @@ def varlen_split_ranges(end: int, num_splits: int, tile: int) -> list[tuple[int,
     return [(min(s * share, end), min((s + 1) * share, end)) for s in range(num_splits)]
 
 
-def varlen_programs(chunks: list[int], contexts: list[int], block_q: int, num_splits: int, tile: int,
+def varlen_programs(chunks: list[int], contexts: list[int], tile_q: int, num_splits: int, tile: int,
                     split_q: int) -> list[dict]:
     """What each program of one KV head does, computed on the host (chapter 9's figure; keep it in step
     with ``varlen_kernel``). Sequence ``s`` has ``contexts[s]`` tokens, its last ``chunks[s]`` new.
@@ -56,36 +57,36 @@ def varlen_programs(chunks: list[int], contexts: list[int], block_q: int, num_sp
     starts = [0]
     for c in chunks:
         starts.append(starts[-1] + c)
-    first_tiles = [starts[s] // block_q + s for s in range(len(chunks))]
+    first_tiles = [starts[s] // tile_q + s for s in range(len(chunks))]
     programs = []
-    for t in range(starts[-1] // block_q + len(chunks)):
+    for t in range(starts[-1] // tile_q + len(chunks)):
         seq = max(s for s, first in enumerate(first_tiles) if first <= t)
         local = t - first_tiles[seq]
         chunk, context = chunks[seq], contexts[seq]
         split_seq = chunk <= split_q and num_splits > 1
         cached = context - chunk
-        end = min(cached + (local + 1) * block_q, context)
+        end = min(cached + (local + 1) * tile_q, context)
         splits = num_splits if split_seq else 1
         share = -(-(-(-end // splits)) // tile) * tile
         for split in range(num_splits):
-            if local * block_q >= chunk or (split > 0 and not split_seq):
+            if local * tile_q >= chunk or (split > 0 and not split_seq):
                 programs.append(dict(tile=t, split=split, seq=seq, tokens=(0, 0), keys=(0, 0), kind="exits"))
                 continue
             lo = min(split * share, end)
             programs.append(dict(tile=t, split=split, seq=seq,
-                                 tokens=(local * block_q, min((local + 1) * block_q, chunk)),
+                                 tokens=(local * tile_q, min((local + 1) * tile_q, chunk)),
                                  keys=(lo, min(lo + share, end)), kind="split" if split_seq else "one pass"))
     return programs
 
 
 @triton.jit
-def find_sequence(query_start_loc, tile, num_seqs, BLOCK_Q: tl.constexpr):
-    """The sequence whose tiles include ``tile``: the last ``s`` with ``query_start_loc[s] // BLOCK_Q + s <= tile``."""
+def find_sequence(query_start_loc, tile, num_seqs, TILE_Q: tl.constexpr):
+    """The sequence whose tiles include ``tile``: the last ``s`` with ``query_start_loc[s] // TILE_Q + s <= tile``."""
     lo = 0
     hi = num_seqs
     while lo < hi:                                                 # binary search over the tile starts
         mid = (lo + hi) // 2
-        first_tile = tl.load(query_start_loc + mid) // BLOCK_Q + mid
+        first_tile = tl.load(query_start_loc + mid) // TILE_Q + mid
         if first_tile <= tile:
             lo = mid + 1
         else:
@@ -94,58 +95,16 @@ def find_sequence(query_start_loc, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def attend_range(q, q_pos, start, stop, table_row, key_cache, value_cache,
-                 stride_kb, stride_kt, stride_vb, stride_vt, kv_head_k, kv_head_v, qk_scale,
-                 BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """``attend_tiles`` (chapter 8) in base 2 and safe for rows that see nothing.
-
-    Attends rows ``q [ROWS, HEAD_DIM_PAD]`` (row positions ``q_pos [ROWS]``, causal) to keys
-    ``start .. stop - 1``. ``qk_scale`` is ``scale * log2(e)``. Returns ``acc [ROWS, HEAD_DIM_PAD]``,
-    the base-2 running max ``m_i [ROWS]`` (``-inf`` for a row that saw no key) and the sum ``l_i``.
-    """
-    acc = tl.zeros(q.shape, dtype=tl.float32)                      # [ROWS, HEAD_DIM_PAD]
-    m_i = tl.full([q.shape[0]], float("-inf"), dtype=tl.float32)   # [ROWS]
-    l_i = tl.zeros([q.shape[0]], dtype=tl.float32)                 # [ROWS]
-    offs_t = tl.arange(0, TILE)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    d_ok = offs_d < HEAD_DIM
-    for tile_start in range(start, stop, TILE):
-        pos = tile_start + offs_t                                  # [TILE] key positions
-        t_ok = pos < stop
-        block = tl.load(table_row + pos // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
-        offset = (pos % BLOCK_SIZE).to(tl.int64)
-        kv_mask = t_ok[:, None] & d_ok[None, :]                    # [TILE, HEAD_DIM_PAD]
-        k = tl.load(key_cache + (block * stride_kb + offset * stride_kt + kv_head_k)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(value_cache + (block * stride_vb + offset * stride_vt + kv_head_v)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale   # [ROWS, TILE], base 2
-        visible = t_ok[None, :] & (pos[None, :] <= q_pos[:, None])
-        scores = tl.where(visible, scores, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))            # [ROWS]
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)      # a row that has seen nothing: no -inf - -inf
-        alpha = tl.exp2(m_i - m_safe)                              # 0 while m_i is -inf
-        p = tl.exp2(scores - m_safe[:, None])                      # [ROWS, TILE]; 0 where masked
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
-    return acc, m_i, l_i
-
-
-@triton.jit
 def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, block_tables, seq_lens,
                   query_start_loc, qk_scale, num_seqs, num_splits,
                   stride_qt, stride_qh, stride_ot, stride_oh,
                   stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
-                  GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, SPLIT_Q: tl.constexpr,
+                  GROUP: tl.constexpr, TILE_M: tl.constexpr, TILE_Q: tl.constexpr, SPLIT_Q: tl.constexpr,
                   BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
                   HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Causal attention of one tile of (new tokens x GQA group) over one key range of its sequence.
 
-    Grid: (total_q // BLOCK_Q + num_seqs, num_kv_heads, num_splits), an upper bound. query and out
+    Grid: (total_q // TILE_Q + num_seqs, num_kv_heads, num_splits), an upper bound. query and out
     are [total_q, num_heads, head_dim]. A sequence with at most SPLIT_Q new tokens and num_splits >
     1 writes partial_out [num_seqs * SPLIT_Q, num_heads, num_splits, HEAD_DIM_PAD] and partial_lse
     [num_seqs * SPLIT_Q, num_heads, num_splits] (fp32, base 2) for varlen_merge_kernel; every other
@@ -155,51 +114,51 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
     kv_head = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
 
-    seq = find_sequence(query_start_loc, tile, num_seqs, BLOCK_Q)
+    seq = find_sequence(query_start_loc, tile, num_seqs, TILE_Q)
     first_row = tl.load(query_start_loc + seq)
     chunk_len = tl.load(query_start_loc + seq + 1) - first_row     # this sequence's new tokens
-    local_tile = tile - (first_row // BLOCK_Q + seq)               # tile number inside the sequence
+    local_tile = tile - (first_row // TILE_Q + seq)                # tile number inside the sequence
     split_seq = (chunk_len <= SPLIT_Q) & (num_splits > 1)          # few rows: split the keys
-    if (local_tile * BLOCK_Q >= chunk_len) | ((split > 0) & (chunk_len > SPLIT_Q)):
+    if (local_tile * TILE_Q >= chunk_len) | ((split > 0) & (chunk_len > SPLIT_Q)):
         return                                                     # past the last tile, or an unused split
     seq_len = tl.load(seq_lens + seq)
     cached = seq_len - chunk_len                                   # tokens before the chunk
 
-    # the packed tile: row r is new token (local_tile * BLOCK_Q + r // GROUP), query head r % GROUP of the group
-    rows = tl.arange(0, BLOCK_M)
-    tok = local_tile * BLOCK_Q + rows // GROUP                     # [BLOCK_M] index in the chunk
-    heads = kv_head * GROUP + rows % GROUP                         # [BLOCK_M] query head
-    row_ok = (rows < BLOCK_Q * GROUP) & (tok < chunk_len)
-    q_pos = cached + tok                                           # [BLOCK_M] position in the sequence
+    # the packed tile: row r is new token (local_tile * TILE_Q + r // GROUP), query head r % GROUP of the group
+    rows = tl.arange(0, TILE_M)
+    tok = local_tile * TILE_Q + rows // GROUP                      # [TILE_M] index in the chunk
+    heads = kv_head * GROUP + rows % GROUP                         # [TILE_M] query head
+    row_ok = (rows < TILE_Q * GROUP) & (tok < chunk_len)
+    q_pos = cached + tok                                           # [TILE_M] position in the sequence
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     q_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
     token_row = (first_row + tok).to(tl.int64)
     q = tl.load(query + token_row[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=q_mask, other=0.0)                            # [BLOCK_M, HEAD_DIM_PAD]
+                mask=q_mask, other=0.0)                            # [TILE_M, HEAD_DIM_PAD]
 
     # keys 0 .. the tile's last position, cut into splits (one split unless split_seq)
-    end = tl.minimum(cached + (local_tile + 1) * BLOCK_Q, seq_len)
+    end = tl.minimum(cached + (local_tile + 1) * TILE_Q, seq_len)
     splits = tl.where(split_seq, num_splits, 1)
     share = tl.cdiv(tl.cdiv(end, splits), TILE) * TILE
     start = tl.minimum(split * share, end)
     stop = tl.minimum(start + share, end)                          # start == stop: an empty split
 
-    acc, m_i, l_i = attend_range(q, q_pos, start, stop, block_tables + seq.to(tl.int64) * stride_bt,
+    acc, m_i, l_i = attend_tiles(q, q_pos, start, stop, block_tables + seq.to(tl.int64) * stride_bt,
                                  key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
                                  kv_head * stride_kh, kv_head * stride_vh, qk_scale,
-                                 BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION)
-    result = normalise(acc, l_i)                                   # [BLOCK_M, HEAD_DIM_PAD]; 0 if no key
+                                 BLOCK_SIZE, TILE, HEAD_DIM, HEAD_DIM_PAD, DOT_PRECISION, BASE2=True)
+    result = normalise(acc, l_i)                                   # [TILE_M, HEAD_DIM_PAD]; 0 if no key
 
-    # one pass: straight to the output (the scalar choice as a [BLOCK_M] tensor: the interpreter
+    # one pass: straight to the output (the scalar choice as a [TILE_M] tensor: the interpreter
     # mishandles a scalar `&` a tensor)
-    one_pass = (rows * 0 + splits) == 1                            # [BLOCK_M]
+    one_pass = (rows * 0 + splits) == 1                            # [TILE_M]
     tl.store(out + token_row[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
              result.to(out.dtype.element_ty), mask=q_mask & one_pass[:, None])
     # split: the range's output and base-2 log-sum-exp, for the merge
     has_keys = l_i > 0
     lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
     num_heads = tl.num_programs(1) * GROUP
-    part = ((seq.to(tl.int64) * SPLIT_Q + tok) * num_heads + heads) * num_splits + split   # [BLOCK_M]
+    part = ((seq.to(tl.int64) * SPLIT_Q + tok) * num_heads + heads) * num_splits + split   # [TILE_M]
     part_ok = row_ok & (one_pass == 0)
     tl.store(partial_out + part[:, None] * HEAD_DIM_PAD + offs_d[None, :], result, mask=part_ok[:, None])
     tl.store(partial_lse + part, lse, mask=part_ok)

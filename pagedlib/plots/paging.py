@@ -17,7 +17,7 @@ from matplotlib.patches import Patch, Rectangle
 from .style import COLORS, FIGURE_WIDTH, fit
 from ..validation import cdiv
 
-__all__ = ["plot_page_table", "PoolFrame", "animate_pool", "animation_html"]
+__all__ = ["plot_block_table_arrows", "PoolFrame", "animate_pool", "animation_html"]
 
 # one colour per sequence, in order of first appearance (Okabe-Ito, then greys)
 _OWNER_COLOURS = [COLORS[c] for c in ("kv", "tail", "shared", "other", "padding", "accent")] + [
@@ -32,7 +32,7 @@ def _owner_colours(owners: Sequence[Hashable]) -> dict:
     return colours
 
 
-def _page_box(ax, x, y, colour, frac, label, *, w=0.9, h=0.8, text_colour="white"):
+def _block_box(ax, x, y, colour, frac, label, *, w=0.9, h=0.8, text_colour="white"):
     """A page: outlined box, filled from the left in proportion to the tokens it holds."""
     ax.add_patch(Rectangle((x, y), w, h, facecolor=COLORS["free"], edgecolor="none", zorder=2))
     if frac > 0:
@@ -43,8 +43,8 @@ def _page_box(ax, x, y, colour, frac, label, *, w=0.9, h=0.8, text_colour="white
                 color=text_colour if frac >= 0.75 else "black")
 
 
-def plot_page_table(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[Hashable, int],
-                    num_pages: int, page_size: int, *, ax=None):
+def plot_block_table_arrows(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[Hashable, int],
+                            num_blocks: int, block_size: int, *, ax=None):
     """Each sequence's logical pages (left, one row per sequence) with an arrow to the physical page
     that holds it (right, the pool in page-id order).
 
@@ -56,44 +56,44 @@ def plot_page_table(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[H
     if not seqs:
         raise ValueError("tables is empty: give at least one sequence's block table")
     for s in seqs:
-        bad = [b for b in tables[s] if not 0 <= b < num_pages]
+        bad = [b for b in tables[s] if not 0 <= b < num_blocks]
         if bad:
-            raise ValueError(f"tables[{s!r}] holds page ids {bad} outside 0..{num_pages - 1} "
-                             "(num_pages); pass the pool's num_pages")
-        if len(tables[s]) != cdiv(lengths[s], page_size):
+            raise ValueError(f"tables[{s!r}] holds page ids {bad} outside 0..{num_blocks - 1} "
+                             "(num_blocks); pass the pool's num_blocks")
+        if len(tables[s]) != cdiv(lengths[s], block_size):
             raise ValueError(f"lengths[{s!r}] = {lengths[s]} tokens need "
-                             f"{-(-lengths[s] // page_size)} pages of {page_size}, but tables[{s!r}] "
+                             f"{-(-lengths[s] // block_size)} pages of {block_size}, but tables[{s!r}] "
                              f"holds {len(tables[s])}")
     colours = _owner_colours(seqs)
     owner_of = {b: s for s in seqs for b in tables[s]}
     max_logical = max(len(t) for t in tables.values())
     own = ax is None
-    rows = max(num_pages, 2 * len(seqs))
+    rows = max(num_blocks, 2 * len(seqs))
     if own:
         fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.36 * rows + 1.6), layout="constrained")
     fig = ax.figure
     pool_x = max_logical + 2.5
-    step = rows / num_pages
+    step = rows / num_blocks
 
     def pool_y(b):
         return rows - (b + 1) * step + (step - 0.8) / 2
 
     def fill(s, i):
-        return min(page_size, lengths[s] - i * page_size) / page_size
+        return min(block_size, lengths[s] - i * block_size) / block_size
 
-    for b in range(num_pages):
+    for b in range(num_blocks):
         s = owner_of.get(b)
         if s is None:
-            _page_box(ax, pool_x, pool_y(b), COLORS["free"], 0, f"{b}")
+            _block_box(ax, pool_x, pool_y(b), COLORS["free"], 0, f"{b}")
         else:
             i = list(tables[s]).index(b)
-            _page_box(ax, pool_x, pool_y(b), colours[s], fill(s, i), f"{b}")
+            _block_box(ax, pool_x, pool_y(b), colours[s], fill(s, i), f"{b}")
     for row, s in enumerate(seqs):
         y = rows - (row + 0.5) * rows / len(seqs) - 0.4
         ax.text(-0.3, y + 0.4, f"{s}\n{lengths[s]} tokens", ha="right", va="center", fontsize=10,
                 color=colours[s])
         for i, b in enumerate(tables[s]):
-            _page_box(ax, i, y, colours[s], fill(s, i), f"{i}")
+            _block_box(ax, i, y, colours[s], fill(s, i), f"{i}")
             ax.annotate("", xy=(pool_x, pool_y(b) + 0.4), xytext=(i + 0.45, y + 0.4), zorder=1,
                         arrowprops=dict(arrowstyle="->", color=colours[s], lw=1.1, alpha=0.8))
     ax.text(max_logical / 2, rows + 0.35, "logical pages (label: logical index)", ha="center",
@@ -107,8 +107,8 @@ def plot_page_table(tables: Mapping[Hashable, Sequence[int]], lengths: Mapping[H
     for side in ("left", "right", "top", "bottom"):
         ax.spines[side].set_visible(False)
     used = len(owner_of)
-    ax.set_title(f"Block tables: {len(seqs)} sequences in {used} of {num_pages} pages of "
-                 f"{page_size} tokens", fontsize=11)
+    ax.set_title(f"Block tables: {len(seqs)} sequences in {used} of {num_blocks} pages of "
+                 f"{block_size} tokens", fontsize=11)
     handles = [Patch(color=colours[s], label=f"{s}'s pages") for s in seqs]
     handles.append(Patch(facecolor=COLORS["free"], edgecolor="#555555", label="free page"))
     (fig.legend if own else ax.legend)(handles=handles, loc="lower center" if own else "lower left",
@@ -134,19 +134,19 @@ class PoolFrame:
     note: str = ""
 
 
-def animate_pool(frames: Sequence[PoolFrame], page_size: int, *, columns: int = 12,
+def animate_pool(frames: Sequence[PoolFrame], block_size: int, *, columns: int = 12,
                  title: str = "A paged pool under continuous batching", interval: int = 600):
     """A matplotlib ``FuncAnimation`` of the pool over ``frames``: one box per physical page,
     coloured by the sequence holding it and filled in proportion to its tokens; under it the step,
     the running and waiting sequences, and the step's note."""
     if not frames:
         raise ValueError("frames is empty: record at least one PoolFrame")
-    num_pages = len(frames[0].owners)
-    if any(len(f.owners) != num_pages or len(f.fill) != num_pages for f in frames):
+    num_blocks = len(frames[0].owners)
+    if any(len(f.owners) != num_blocks or len(f.fill) != num_blocks for f in frames):
         raise ValueError("every frame needs one owner and one fill count per page")
     colours = _owner_colours([o for f in frames for o in f.owners] +
                              [s for f in frames for s in f.waiting])
-    rows = cdiv(num_pages, columns)
+    rows = cdiv(num_blocks, columns)
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.75 * rows + 2.2))
     fig.subplots_adjust(left=0.02, right=0.98, top=0.86, bottom=0.02)
 
@@ -156,9 +156,9 @@ def animate_pool(frames: Sequence[PoolFrame], page_size: int, *, columns: int = 
         for b, (owner, n) in enumerate(zip(frame.owners, frame.fill)):
             x, y = b % columns, rows - 1 - b // columns
             if owner is None:
-                _page_box(ax, x, y, COLORS["free"], 0, "")
+                _block_box(ax, x, y, COLORS["free"], 0, "")
             else:
-                _page_box(ax, x, y, colours[owner], n / page_size, str(owner))
+                _block_box(ax, x, y, colours[owner], n / block_size, str(owner))
         free = sum(o is None for o in frame.owners)
         ax.text(0, -0.45, f"step {frame.step:>2} | running: {', '.join(map(str, frame.running)) or '-'}"
                 f" | waiting: {', '.join(map(str, frame.waiting)) or '-'} | free pages: {free}",
@@ -167,7 +167,7 @@ def animate_pool(frames: Sequence[PoolFrame], page_size: int, *, columns: int = 
         ax.set_xlim(-0.1, columns)
         ax.set_ylim(-1.5, rows)
         ax.set_axis_off()
-        ax.set_title(f"{title}: {num_pages} pages of {page_size} tokens", fontsize=11)
+        ax.set_title(f"{title}: {num_blocks} pages of {block_size} tokens", fontsize=11)
         return []
 
     return animation.FuncAnimation(fig, draw, frames=len(frames), interval=interval, blit=False)

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest
 from figures import check_open_figures  # noqa: E402
 
-from pagedlib.plots import PoolFrame, animate_pool, animation_html, plot_page_table  # noqa: E402
+from pagedlib.plots import PoolFrame, animate_pool, animation_html, plot_block_table_arrows  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -19,9 +19,9 @@ def _arrows(ax):
     return [t for t in ax.texts if getattr(t, "arrow_patch", None) is not None]
 
 
-def test_plot_page_table_draws_one_arrow_per_table_entry():
+def test_plot_block_table_arrows_draws_one_arrow_per_table_entry():
     tables = {"b": [1, 3], "c": [4, 5, 0, 2]}
-    fig = plot_page_table(tables, {"b": 7, "c": 13}, num_pages=6, page_size=4)
+    fig = plot_block_table_arrows(tables, {"b": 7, "c": 13}, num_blocks=6, block_size=4)
     ax = fig.axes[0]
     assert len(_arrows(ax)) == 6
     # each arrow ends at the physical page the table names: c's third logical page is page 0
@@ -30,13 +30,13 @@ def test_plot_page_table_draws_one_arrow_per_table_entry():
     assert "6 of 6 pages" in ax.get_title().replace("\n", " ") and fig.legends
 
 
-def test_plot_page_table_refuses_inconsistent_tables():
-    with pytest.raises(ValueError, match="num_pages"):
-        plot_page_table({"a": [0, 9]}, {"a": 5}, num_pages=6, page_size=4)
+def test_plot_block_table_arrows_refuses_inconsistent_tables():
+    with pytest.raises(ValueError, match="num_blocks"):
+        plot_block_table_arrows({"a": [0, 9]}, {"a": 5}, num_blocks=6, block_size=4)
     with pytest.raises(ValueError, match=r"lengths\['a'\] = 9 tokens need 3 pages"):
-        plot_page_table({"a": [0, 1]}, {"a": 9}, num_pages=6, page_size=4)
+        plot_block_table_arrows({"a": [0, 1]}, {"a": 9}, num_blocks=6, block_size=4)
     with pytest.raises(ValueError, match="tables is empty"):
-        plot_page_table({}, {}, num_pages=6, page_size=4)
+        plot_block_table_arrows({}, {}, num_blocks=6, block_size=4)
 
 
 def _frames():
@@ -46,7 +46,7 @@ def _frames():
 
 
 def test_animate_pool_has_a_frame_per_step_and_draws_the_pages():
-    anim = animate_pool(_frames(), page_size=4, columns=4)
+    anim = animate_pool(_frames(), block_size=4, columns=4)
     anim._func(1)
     ax = anim._fig.axes[0]
     labels = [t.get_text() for t in ax.texts]
@@ -59,8 +59,8 @@ def test_animate_pool_has_a_frame_per_step_and_draws_the_pages():
 
 def test_animation_html_checks_alt_and_size():
     with pytest.raises(ValueError, match="alt"):
-        animation_html(animate_pool(_frames(), page_size=4), alt="")
+        animation_html(animate_pool(_frames(), block_size=4), alt="")
     with pytest.raises(ValueError, match="max_bytes"):
-        animation_html(animate_pool(_frames(), page_size=4), alt="x", max_bytes=100)
+        animation_html(animate_pool(_frames(), block_size=4), alt="x", max_bytes=100)
     with pytest.raises(ValueError, match="one owner and one fill"):
-        animate_pool([PoolFrame(0, ["a"], [1, 2])], page_size=4)
+        animate_pool([PoolFrame(0, ["a"], [1, 2])], block_size=4)
