@@ -178,6 +178,30 @@ def test_triton_backend_checks_the_batch_in_the_first_layer_only(monkeypatch):
     with pytest.raises(ValueError, match="not a slot of the cache"):
         model(batch_for([(6, [2])], [[2, 7]], 4, is_decode=True), kv)   # block 7 of a 4-block cache
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_batch_the_engine_built_is_trusted_and_a_hand_built_one_is_checked(monkeypatch, backend):
+    """build_batch takes its tables from the block manager, so no layer re-checks their values; a
+    PagedBatch made by hand is checked in the first layer, so a wrong block id is still refused."""
+    from pagedlib import LLM
+    from pagedlib.attention import checks as attention_checks
+    from pagedlib.engine import batch as engine_batch
+    model = GPT2.from_hf(tiny_hf(n_layer=2), backend=backend)
+    built = []
+    real_build = engine_batch.build_batch
+    monkeypatch.setattr("pagedlib.engine.llm.build_batch",
+                        lambda *a: built.append(real_build(*a)) or built[-1])
+    calls = []
+    real = attention_checks.check_page_values
+    monkeypatch.setattr(attention_checks, "check_page_values", lambda *a: calls.append(1) or real(*a))
+    LLM(model, 8, 4).generate([[3, 1, 4, 1, 5]], max_new_tokens=3, use_tqdm=False)
+    assert built and all(b.trusted for b in built) and calls == []
+    kv = model.make_kv_cache(num_blocks=4, block_size=4)
+    hand = batch_for([(6, [2])], [[2, 7]], 4, is_decode=True)     # block 7 of a 4-block cache
+    assert not hand.trusted
+    with pytest.raises(ValueError, match="not a slot of the cache|not a block of the cache"):
+        model(hand, kv)
+
+
 def test_triton_backend_sizes_its_grid_from_shapes_alone(monkeypatch):
     """The backend's one kernel (paged_attention_varlen) sizes its grid from the tensors' shapes: no
     layer reads the chunk lengths back (a GPU sync), whether or not the batch knows max_query_len."""

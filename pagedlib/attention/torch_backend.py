@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.nn import functional as F
 
-from .checks import CacheDims, check_decode, check_prefill, check_scale
+from .checks import CacheDims, check_decode, check_prefill, check_scale, check_write
 from .reference import gather_kv
 
 if TYPE_CHECKING:
@@ -246,7 +246,8 @@ class TorchBackend:
         if batch.trusted:           # the engine's batch: every slot is a real one, no -1 to drop
             key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, batch.slot_mapping, k)
             value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, batch.slot_mapping, v)
-        else:
+        else:               # a batch made by hand: its slots are checked first (in the first layer)
+            check_write(k, v, key_cache, value_cache, batch.slot_mapping, self.validate)
             write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

@@ -33,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..engine.requests import check_request
+from ..engine.request_checks import check_request
 from ..engine.sampling import SamplingParams
 from ..engine.scheduler import ScheduledStep, Scheduler, SeqState
 from ..memory.block_manager import BlockManager
