@@ -47,12 +47,13 @@ EXP_FLOOR = -80.0
 
 
 def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                 value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+                 value_cache: torch.Tensor, slot_mapping: torch.Tensor, *, may_skip: bool = True) -> None:
     """``write_kv`` in plain PyTorch: the same contract (key, value ``[num_tokens, num_kv_heads,
     head_dim]``, one slot per token, slot -1 skips), done by ``index_copy_`` into the cache viewed
-    as ``[num_blocks * block_size, num_kv_heads, head_dim]``."""
+    as ``[num_blocks * block_size, num_kv_heads, head_dim]``. ``may_skip=False`` promises no slot is
+    -1 (the engine's batches), which saves looking for them."""
     slots = slot_mapping.long()
-    if bool((slots < 0).any()):                    # drop the skipped tokens (the engine never sends any)
+    if may_skip and bool((slots < 0).any()):       # drop the skipped tokens (the engine never sends any)
         keep = slots >= 0
         slots, key, value = slots[keep], key[keep], value[keep]
     key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key)       # [num_slots, kv_heads, dim]
@@ -243,12 +244,10 @@ class TorchBackend:
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  batch: PagedBatch) -> None:
-        if batch.trusted:           # the engine's batch: every slot is a real one, no -1 to drop
-            key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, batch.slot_mapping, k)
-            value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, batch.slot_mapping, v)
-        else:               # a batch made by hand: its slots are checked first (in the first layer)
+        if not batch.trusted:       # a batch made by hand: its slots are checked first (in the first layer)
             check_write(k, v, key_cache, value_cache, batch.slot_mapping, self.validate)
-            write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping)
+        # the engine's batch names a real slot for every token: no -1 to look for
+        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping, may_skip=not batch.trusted)
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                batch: PagedBatch) -> torch.Tensor:

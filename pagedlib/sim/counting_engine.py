@@ -120,13 +120,9 @@ class CountingEngine:
 
     def result(self) -> SimResult:
         """The measured averages, as a :class:`SimResult`."""
-        s, m = self.meter.shares(), self.meter
-        return SimResult(
-            policy="paged", kv_slots=self.kv_slots, block_size=self.block_manager.block_size,
-            token_frac=s["token"], reservation_frac=s["reservation"], internal_frac=s["internal"],
-            rounding_frac=s["rounding"], free_frac=s["free"],
-            avg_batch=m.batch_sum / max(1, m.steps), steps=m.steps, total_steps=self.steps,
-            seconds=self.clock, preemptions=self.scheduler.num_preemptions, peak_held=m.peak_held,
+        return self.meter.result(
+            "paged", self.block_manager.block_size, total_steps=self.steps, seconds=self.clock,
+            preemptions=self.scheduler.num_preemptions,
             generated=np.array([len(s.output) for s in self.seqs], dtype=np.int64),
             finish_steps=np.array(self.finish_step, dtype=np.int64),
             latency_s=np.array(self.finish_s) - self.arrivals,

@@ -99,13 +99,8 @@ class StepLoop:
 
     def result(self, policy: str, block_size: int) -> SimResult:
         """The measured averages, as a :class:`SimResult`."""
-        s, m = self.meter.shares(), self.meter
-        return SimResult(
-            policy=policy, kv_slots=self.pool.kv_slots, block_size=block_size,
-            token_frac=s["token"], reservation_frac=s["reservation"], internal_frac=s["internal"],
-            rounding_frac=s["rounding"], free_frac=s["free"],
-            avg_batch=m.batch_sum / max(1, m.steps), steps=m.steps, total_steps=self.steps,
-            seconds=self.clock, preemptions=0, peak_held=m.peak_held,
+        return self.meter.result(
+            policy, block_size, total_steps=self.steps, seconds=self.clock, preemptions=0,
             generated=np.array([r.generated for r in self.requests], dtype=np.int64),
             finish_steps=np.array([r.finish_step for r in self.requests], dtype=np.int64),
             latency_s=np.array([r.finish_s - self.arrivals[r.rid] for r in self.requests]),

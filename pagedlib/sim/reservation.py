@@ -66,10 +66,6 @@ class ReservationPool:
         self.useful += r.need
         return True
 
-    def make_room(self, r: SimRequest) -> bool:
-        """Room for ``r``'s next token: always there, it was reserved at admission."""
-        return True
-
     def release(self, r: SimRequest) -> None:
         """Give ``r``'s block back to the buddy allocator."""
         self.buddy.free(r.address)

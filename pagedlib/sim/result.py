@@ -71,6 +71,16 @@ class Meter:
         total = max(1, self.steps) * self.kv_slots
         return {k: v / total for k, v in self.sums.items()}
 
+    def result(self, policy: str, block_size: int, **run) -> "SimResult":
+        """What was measured, as a :class:`SimResult`: the meter's shares, batch and peak, and what
+        only the loop knows (``total_steps``, ``seconds``, ``preemptions`` and the per-request arrays)."""
+        s = self.shares()
+        return SimResult(
+            policy=policy, kv_slots=self.kv_slots, block_size=block_size,
+            token_frac=s["token"], reservation_frac=s["reservation"], internal_frac=s["internal"],
+            rounding_frac=s["rounding"], free_frac=s["free"],
+            avg_batch=self.batch_sum / max(1, self.steps), steps=self.steps, peak_held=self.peak_held, **run)
+
 
 @dataclass
 class SimResult:
