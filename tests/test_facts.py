@@ -1,0 +1,100 @@
+"""pagedlib.facts: every fact about a production engine is written once, sourced and dated, and the
+course says nothing that contradicts it."""
+import datetime as dt
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from pagedlib import facts
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+PAGES = sorted((ROOT / "book").glob("*.md")) + [ROOT / "README.md"]
+
+
+def _sources(path: Path) -> list[str]:
+    if path.suffix == ".ipynb":
+        return [c.source for c in nbformat.read(path, as_version=4).cells]
+    return [path.read_text()]
+
+
+def _course_texts() -> dict[str, str]:
+    """Every text a learner reads: notebook cells (markdown and code) and the book's pages."""
+    return {str(p.relative_to(ROOT)): "\n\n".join(_sources(p)) for p in NOTEBOOKS + PAGES}
+
+
+def _document(name: str) -> Path:
+    if name.startswith("book/"):
+        return ROOT / name
+    return next(p for p in NOTEBOOKS if p.name.startswith(name + "_"))
+
+
+@pytest.mark.parametrize("f", facts.FACTS, ids=lambda f: f.key)
+def test_every_fact_has_an_engine_a_version_a_source_and_a_date(f):
+    assert f.engine and f.version and f.text and f.source_name
+    assert re.match(r"https://\S+$", f.source), f"{f.key}: the source must be a URL, got {f.source!r}"
+    checked = dt.date.fromisoformat(f.checked)
+    assert dt.date(2023, 6, 1) <= checked <= dt.date.today(), f"{f.key}: checked {f.checked}?"
+    assert f.text.rstrip().endswith((".", ")")), f"{f.key}: the statement must end a sentence"
+
+
+def test_keys_are_unique_and_every_fact_is_shown_somewhere():
+    keys = [f.key for f in facts.FACTS]
+    assert len(keys) == len(set(keys))
+    shown = {k for box in facts.BOXES.values() for k in box} | {f.key for f in facts.FACTS if f.used_in}
+    assert shown == set(keys), f"facts nobody shows: {sorted(set(keys) - shown)}"
+    with pytest.raises(KeyError, match="known:"):
+        facts.fact("no_such_fact")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_each_chapter_shows_its_box_as_the_registry_writes_it(path):
+    sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    boxes = [s for s in sources if facts.BOX_START in s]
+    assert len(boxes) == 1, f"{path.name}: {len(boxes)} 'In production today' boxes"
+    assert facts.render_box(path.name[:2]) in boxes[0], \
+        f"{path.name}: the box was edited by hand; edit pagedlib/facts.py and run scripts/sync_notebooks.py"
+    # Reads the same in JupyterLab, on Colab and on the site: no MyST directive (Colab shows a fence)
+    assert not any("```{" in s for s in sources), f"{path.name}: a MyST directive in its Markdown"
+
+
+def test_a_box_is_html_around_markdown_with_every_source_and_date():
+    box = facts.render_box("10")
+    assert '<div class="admonition note">' in box and "In production today</p>\n\n- " in box
+    assert box.count("checked 20") == len(facts.BOXES["10"])      # one citation per fact
+    assert "\n\n</div>" in box                                    # Markdown ends before the tag closes
+
+
+@pytest.mark.parametrize("f", [f for f in facts.FACTS if f.used_in], ids=lambda f: f.key)
+def test_a_fact_stated_in_prose_is_the_registered_sentence(f):
+    want = facts.normalise(f.text)
+    for name in f.used_in:
+        text = facts.normalise("\n".join(_sources(_document(name))))
+        assert want in text, f"{name} does not state {f.key!r} as pagedlib/facts.py does: {f.text}"
+
+
+def test_no_text_of_the_course_contradicts_a_registered_fact():
+    texts = _course_texts()
+    found = [f"{where}: {m.group(0)!r} contradicts {f.key!r} ({f.text[:60]}...)"
+             for f in facts.FACTS for pattern in f.contradicted_by
+             for where, text in texts.items() for m in re.finditer(pattern, text)]
+    assert not found, "\n".join(found)
+
+
+DEFAULT = re.compile(r"(?P<engine>vLLM|SGLang|TensorRT-LLM)(?:'s| v1's)? (?:default )?`(?P<name>[\w-]+)`"
+                     r"(?: is| defaults to)? (?P<value>\d[\d.,]*)(?: by default)?")
+
+
+def test_one_default_has_one_value_across_the_course():
+    """The same engine's setting, stated with its default in two places, says the same number."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    where: dict[tuple[str, str], list[str]] = {}
+    for name, text in {**_course_texts(), "pagedlib/facts.py": "\n".join(f.text for f in facts.FACTS)}.items():
+        for m in DEFAULT.finditer(facts.normalise(text)):
+            key = (m["engine"], m["name"])
+            seen.setdefault(key, set()).add(m["value"].rstrip(".,"))
+            where.setdefault(key, []).append(name)
+    clashes = {k: (v, where[k]) for k, v in seen.items() if len(v) > 1}
+    assert not clashes, f"one default, several values: {clashes}"
