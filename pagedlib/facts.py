@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Fact", "FACTS", "BOXES", "fact", "render_box", "render_list", "BOX_START", "BOX_END"]
+__all__ = ["Fact", "FACTS", "BOXES", "fact", "render_box", "render_list", "normalise", "BOX_START", "BOX_END"]
 
 BOX_START = "<!-- production: written by scripts/sync_notebooks.py from pagedlib/facts.py -->"
 BOX_END = "<!-- /production -->"
@@ -317,6 +317,7 @@ FACTS: tuple[Fact, ...] = (
          "`vllm.LLM.generate` without sampling parameters takes the model's `generation_config` "
          "(`get_default_sampling_params`), and samples with temperature 1.0 only where the model gives none.",
          VLLM + "vllm/entrypoints/llm.py", "vllm/entrypoints/llm.py", _NOW,
+         used_in=("10",),
          contradicted_by=(r"vLLM samples by default \(temperature 1\.0\)",)),
     # ---- chapter 12: capacity at scale
     Fact("vllm_sizing", "vLLM", "v0.21 and later",
