@@ -136,7 +136,7 @@ FACTS: tuple[Fact, ...] = (
          "while its TensorRT-LLM (`trtllm_mha`) backend takes 16, 32 or 64 (and turns 1 into 64) and its "
          "MLA backends use 64, as FlashMLA requires.",
          SGLANG_ARGS, "python/sglang/srt/server_args.py", _NOW,
-         contradicted_by=(r"Blackwell `trtllm_mha`", r"its Blackwell and MLA\s+backends")),
+         contradicted_by=(r"Blackwell `trtllm_mha`", r"its Blackwell and MLA")),
     Fact("trtllm_tokens_per_block", "TensorRT-LLM", "1.3 and 1.4 (`KvCacheConfig`)",
          "TensorRT-LLM's `tokens_per_block` is 32 by default (a power of two).",
          TRTLLM_KVCONFIG, "KvCacheConfig", _NOW),
