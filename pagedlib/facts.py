@@ -306,7 +306,7 @@ FACTS: tuple[Fact, ...] = (
          "steps.",
          "https://arxiv.org/abs/2401.09670", "DistServe, arXiv:2401.09670", _OLD),
     Fact("vllm_v0_history", "vLLM", "v0.1 (June 2023) and vllm-project/vllm#658 (August 2023)",
-         "vLLM v0.1, its first release (June 2023), put new prompts into the same step as the running "
+         "vLLM v0.1, its first release, put new prompts into the same step as the running "
          "requests' decodes; weeks later, before the paper appeared, "
          "[vllm-project/vllm#658](https://github.com/vllm-project/vllm/pull/658) made each v0 step run "
          "new prompts or decodes, never both, prompts first.",

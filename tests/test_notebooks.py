@@ -8,6 +8,8 @@ import nbformat
 import pytest
 import yaml
 
+from pagedlib import facts
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -124,6 +126,8 @@ def _prose_numbers_not_computed(nb) -> list[str]:
             continue   # an exercise's help is generated from pagedlib.exercises, not prose
         prose = re.sub(r"\[[^\]]*\]\([^)]*\)|\(https?://[^)]*\)|`[^`]*`|\$[^$]*\$", " ", cell.source)
         prose = re.sub(r"^#+ .*$", " ", prose, flags=re.M)
+        # the "In production today" box: facts about other engines, sourced and dated in pagedlib.facts
+        prose = re.sub(re.escape(facts.BOX_START) + ".*?" + re.escape(facts.BOX_END), " ", prose, flags=re.S)
         prose = re.sub(r"<[^>]*>", " ", prose)     # an HTML tag's attributes are data (a stepper's scores)
         for m in _NUMBER.finditer(prose):
             n = m.group(1)
