@@ -380,7 +380,7 @@ def render_box(chapter: str) -> str:
     directive as a raw code fence) and on the site (the theme styles ``div.admonition``).
     """
     items = "\n".join(f"- {fact(key).text} {fact(key).cite()}" for key in BOXES[chapter])
-    return (f"{BOX_START}\n<div class=\"admonition note\">\n<p class=\"admonition-title\">{BOX_TITLE}</p>\n\n"
+    return (f"{BOX_START}\n<div class=\"admonition note\">\n<p class=\"admonition-title\"><strong>{BOX_TITLE}</strong></p>\n\n"
             f"{items}\n\nEvery fact about another engine, with its source and date: "
             f"[the references](../book/references.md#facts-about-production-engines).\n\n</div>\n{BOX_END}")
 

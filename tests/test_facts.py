@@ -62,7 +62,7 @@ def test_each_chapter_shows_its_box_as_the_registry_writes_it(path):
 
 def test_a_box_is_html_around_markdown_with_every_source_and_date():
     box = facts.render_box("10")
-    assert '<div class="admonition note">' in box and "In production today</p>\n\n- " in box
+    assert '<div class="admonition note">' in box and "In production today</strong></p>\n\n- " in box
     assert box.count("checked 20") == len(facts.BOXES["10"])      # one citation per fact
     assert "\n\n</div>" in box                                    # Markdown ends before the tag closes
 
@@ -98,3 +98,19 @@ def test_one_default_has_one_value_across_the_course():
             where.setdefault(key, []).append(name)
     clashes = {k: (v, where[k]) for k, v in seen.items() if len(v) > 1}
     assert not clashes, f"one default, several values: {clashes}"
+
+
+def test_sync_rewrites_a_box_edited_by_hand(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_notebooks
+    nb = nbformat.v4.new_notebook()
+    box = facts.render_box("04")
+    nb.cells = [nbformat.v4.new_markdown_cell("Text before.\n\n" + box.replace("is 16", "is 32") + "\n\nAfter.")]
+    path = tmp_path / "04_pages.ipynb"
+    assert sync_notebooks.sync_production_box(path, nb) == [
+        "'In production today' box differs from pagedlib/facts.py"]
+    assert nb.cells[0].source == "Text before.\n\n" + box + "\n\nAfter."   # the text around it is kept
+    assert sync_notebooks.sync_production_box(path, nb) == []
+    nb.cells[0].source = "no box"
+    assert "0 'In production today' boxes" in sync_notebooks.sync_production_box(path, nb)[0]
