@@ -362,6 +362,15 @@ BOXES: dict[str, tuple[str, ...]] = {
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction"),
 }
 
+#: Each chapter's section of book/references.md (its other sources).
+REFERENCES: dict[str, str] = {
+    **{ch: "chapters-0-to-4-kernels-the-kv-cache-reservations-fragmentation-and-pages" for ch in ("00", "01", "02", "03", "04")},
+    **{ch: "chapters-5-to-7-page-tables-sharing-prefix-caching" for ch in ("05", "06", "07")},
+    **{ch: "the-gpu-primer-and-chapters-8-9-kernels" for ch in ("08", "09")},
+    "10": "chapter-10-a-serving-engine",
+    **{ch: "chapters-11-and-12-scheduling-and-capacity-at-scale" for ch in ("11", "12")},
+}
+
 _BY_KEY = {f.key: f for f in FACTS}
 
 
@@ -382,7 +391,9 @@ def render_box(chapter: str) -> str:
     items = "\n".join(f"- {fact(key).text} {fact(key).cite()}" for key in BOXES[chapter])
     return (f"{BOX_START}\n<div class=\"admonition note\">\n<p class=\"admonition-title\"><strong>{BOX_TITLE}</strong></p>\n\n"
             f"{items}\n\nEvery fact about another engine, with its source and date: "
-            f"[the references](../book/references.md#facts-about-production-engines).\n\n</div>\n{BOX_END}")
+            f"[facts about production engines](../book/references.md#facts-about-production-engines); "
+            f"this chapter's other sources: [references](../book/references.md#{REFERENCES[chapter]})."
+            f"\n\n</div>\n{BOX_END}")
 
 
 def render_list() -> str:

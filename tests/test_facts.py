@@ -114,3 +114,12 @@ def test_sync_rewrites_a_box_edited_by_hand(tmp_path):
     assert sync_notebooks.sync_production_box(path, nb) == []
     nb.cells[0].source = "no box"
     assert "0 'In production today' boxes" in sync_notebooks.sync_production_box(path, nb)[0]
+
+
+def test_every_box_links_to_a_heading_of_the_references():
+    text = (ROOT / "book" / "references.md").read_text()
+    slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
+             for h in re.findall(r"^## (.+)$", text, flags=re.M)}
+    for chapter in facts.BOXES:
+        for anchor in re.findall(r"references\.md#([\w-]+)", facts.render_box(chapter)):
+            assert anchor in slugs, f"chapter {chapter}'s box links to #{anchor}, no such heading"
