@@ -83,21 +83,35 @@ def test_no_text_of_the_course_contradicts_a_registered_fact():
     assert not found, "\n".join(found)
 
 
-DEFAULT = re.compile(r"(?P<engine>vLLM|SGLang|TensorRT-LLM)(?:'s| v1's)? (?:default )?`(?P<name>[\w-]+)`"
-                     r"(?: is| defaults to)? (?P<value>\d[\d.,]*)(?: by default)?")
+# "vLLM's `block_size` is 16", "`tokens_per_block` is 32 by default", "`free_gpu_memory_fraction`, 0.9 by
+# default": a setting named in backticks with its default value.
+DEFAULT = re.compile(
+    r"`(?P<a>[\w-]+)`,? (?:is |defaults to |of )?(?P<va>\d[\d.,]*\d|\d)(?: tokens)? by default"
+    r"|`(?P<b>[\w-]+)` (?:is|defaults to) (?P<vb>\d[\d.,]*\d|\d)"
+    r"|`(?P<c>[\w-]+)`[^.;`]{0,30}?\((?P<vc>\d[\d.,]*\d|\d) by default\)")
+
+
+def _default_clashes(texts: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """Settings whose default the texts state with more than one value: name -> [(where, value)]."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for where, text in texts.items():
+        for m in DEFAULT.finditer(facts.normalise(text)):
+            name = m["a"] or m["b"] or m["c"]
+            found.setdefault(name, []).append((where, m["va"] or m["vb"] or m["vc"]))
+    return {name: seen for name, seen in found.items() if len({v for _, v in seen}) > 1}
 
 
 def test_one_default_has_one_value_across_the_course():
-    """The same engine's setting, stated with its default in two places, says the same number."""
-    seen: dict[tuple[str, str], set[str]] = {}
-    where: dict[tuple[str, str], list[str]] = {}
-    for name, text in {**_course_texts(), "pagedlib/facts.py": "\n".join(f.text for f in facts.FACTS)}.items():
-        for m in DEFAULT.finditer(facts.normalise(text)):
-            key = (m["engine"], m["name"])
-            seen.setdefault(key, set()).add(m["value"].rstrip(".,"))
-            where.setdefault(key, []).append(name)
-    clashes = {k: (v, where[k]) for k, v in seen.items() if len(v) > 1}
+    """The same setting, stated with its default in two places, says the same number."""
+    texts = {**_course_texts(), "pagedlib/facts.py": "\n".join(f.text for f in facts.FACTS)}
+    clashes = _default_clashes(texts)
     assert not clashes, f"one default, several values: {clashes}"
+
+
+def test_the_default_check_can_fail():
+    texts = {"a": "vLLM's default `block_size` is 16, and", "b": "with `block_size` 32 by default.",
+             "c": "TensorRT-LLM's `tokens_per_block` is 32 by default; `free_gpu_memory_fraction` (0.9 by default)"}
+    assert _default_clashes(texts) == {"block_size": [("a", "16"), ("b", "32")]}
 
 
 def test_sync_rewrites_a_box_edited_by_hand(tmp_path):
@@ -123,3 +137,9 @@ def test_every_box_links_to_a_heading_of_the_references():
     for chapter in facts.BOXES:
         for anchor in re.findall(r"references\.md#([\w-]+)", facts.render_box(chapter)):
             assert anchor in slugs, f"chapter {chapter}'s box links to #{anchor}, no such heading"
+
+
+@pytest.mark.parametrize("f", [f for f in facts.FACTS if f.contradicted_by], ids=lambda f: f.key)
+def test_a_contradiction_pattern_does_not_match_the_fact_itself(f):
+    for pattern in f.contradicted_by:
+        assert not re.search(pattern, f.text), f"{f.key}: {pattern!r} matches the registered statement"
