@@ -143,3 +143,13 @@ def test_every_box_links_to_a_heading_of_the_references():
 def test_a_contradiction_pattern_does_not_match_the_fact_itself(f):
     for pattern in f.contradicted_by:
         assert not re.search(pattern, f.text), f"{f.key}: {pattern!r} matches the registered statement"
+
+
+def test_a_box_renders_as_a_titled_list_in_a_commonmark_renderer():
+    """JupyterLab and Colab render notebook Markdown as CommonMark with HTML blocks passed through:
+    the statements must come out as a list inside the box, not as raw text or a code block."""
+    from markdown_it import MarkdownIt
+    html = MarkdownIt("commonmark").render(facts.render_box("05"))
+    assert html.index('<div class="admonition note">') < html.index("<strong>In production today</strong>") \
+        < html.index("<ul>") < html.index("</ul>") < html.index("</div>")
+    assert html.count("<li>") == len(facts.BOXES["05"]) and "<pre>" not in html and "- **" not in html
