@@ -147,6 +147,7 @@ FACTS: tuple[Fact, ...] = (
          "always gathers rows with asynchronous copies, whatever the page size.",
          "https://github.com/Dao-AILab/flash-attention/blob/main/hopper/flash_api.cpp",
          "hopper/flash_api.cpp (`get_pagedkv_tma`)", _NOW,
+         used_in=("09",),
          contradicted_by=(r"prefer (?:pages of )?32[- ](?:to )?128[- ]token", r"prefer pages of 32 to 128")),
     Fact("vllm_startup_log", "vLLM", "v1 engine, main",
          "vLLM reports the resulting pool at start-up as \"GPU KV cache size: N tokens\" with the maximum "
@@ -354,7 +355,7 @@ BOXES: dict[str, tuple[str, ...]] = {
     "07": ("vllm_prefix_caching", "kv_offload", "sglang_radix_cache", "trtllm_block_reuse",
            "cascade_attention"),
     "08": ("vllm_unified_attention", "sglang_backends", "flashinfer_kernels", "trtllm_kernels"),
-    "09": ("vllm_write_and_step", "vllm_unified_grid", "fa3_varlen", "fa3_paged_tma", "flashinfer_pod"),
+    "09": ("vllm_write_and_step", "vllm_unified_grid", "fa3_varlen", "flashinfer_pod"),
     "10": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
            "flashinfer_mixed"),
     "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
