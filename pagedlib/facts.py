@@ -20,7 +20,7 @@ To change a fact, edit it here, check it in the engine's source, update ``checke
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["Fact", "FACTS", "BOXES", "fact", "render_box", "render_list", "normalise", "BOX_START", "BOX_END"]
 
@@ -40,8 +40,8 @@ class Fact:
     source: str              # the URL it was checked in
     source_name: str         # the link's words
     checked: str             # ISO date it was last checked against the source
-    used_in: tuple[str, ...] = ()          # notebooks ("10") or pages ("book/references.md") that state it in prose
-    contradicted_by: tuple[str, ...] = field(default=())  # regexes: wrong versions of it, found nowhere
+    used_in: tuple[str, ...] = ()          # chapters ("10") whose prose states it, word for word
+    contradicted_by: tuple[str, ...] = ()  # regexes: wrong or dated versions of it, found nowhere
 
     def cite(self) -> str:
         """The short citation shown after the statement: source, version, date."""
@@ -50,7 +50,8 @@ class Fact:
 
 VLLM = "https://github.com/vllm-project/vllm/blob/main/"
 SGLANG_ARGS = "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py"
-TRTLLM_FLAGS = "https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html"
+TRTLLM_FLAGS = ("https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/"
+                "useful-runtime-flags.html")
 TRTLLM_KVCONFIG = "https://nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCacheConfig.html"
 
 _OLD = "2026-12-02"   # facts carried over from the boxes as last reviewed (round two), not re-checked since
@@ -101,13 +102,15 @@ FACTS: tuple[Fact, ...] = (
          "vLLM admits on demand (blocks for the tokens it schedules now) and preempts when it runs short; "
          "SGLang admits by an estimate of the tokens still to come (`new_token_ratio`, chapter 11).",
          VLLM + "vllm/v1/core/sched/scheduler.py", "scheduler.py", _OLD),
-    Fact("llamacpp_slots", "llama.cpp", "llama-server since ggml-org/llama.cpp#17450 (late 2025)",
+    Fact("llamacpp_slots", "llama.cpp",
+         "llama-server since ggml-org/llama.cpp#17450 and #17997 (December 2025)",
          "The contiguous layout survives where simplicity wins. llama.cpp's server splits its context "
          "(`-c`) into `-np` equal per-sequence slots when you fix `-np`; by default `-np` is chosen "
          "automatically and the KV cache is unified (`--kv-unified`, one buffer shared by all sequences).",
-         "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md", "llama-server README", _NOW,
+         "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md", "llama-server README",
+         _NOW,
          contradicted_by=(r"-np` equal per-sequence\s+slots unless its KV cache is unified",)),
-    Fact("hf_static_cache", "transformers", "v4.4x and later",
+    Fact("hf_static_cache", "transformers", "main",
          "Hugging Face transformers' `StaticCache` preallocates `max_cache_len` tokens per sequence so "
          "that the shapes stay fixed for compiled graphs.",
          "https://huggingface.co/docs/transformers/kv_cache", "transformers KV cache docs", _OLD),
@@ -168,7 +171,8 @@ FACTS: tuple[Fact, ...] = (
          "padded entry points at is never read.",
          VLLM + "vllm/v1/attention/ops/triton_unified_attention.py", "triton_unified_attention.py", _NOW,
          used_in=("05",),
-         contradicted_by=(r"null block[^.]{0,80}whose K/V nobody needs", r"makes that safe by reserving block 0")),
+         contradicted_by=(r"null block[^.]{0,80}whose K/V nobody needs",
+                          r"makes that safe by reserving block 0")),
     Fact("flashinfer_csr", "FlashInfer", "main",
          "**FlashInfer** takes the CSR page table of chapter 5 (`kv_indptr`, `kv_indices`, "
          "`kv_last_page_len`, int32) over pages in NHD (`[pages, page_size, heads, dim]`, the default) or "
@@ -263,7 +267,8 @@ FACTS: tuple[Fact, ...] = (
          "packs a GQA group into the query tile (`pack_gqa`) and splits the keys (`num_splits`, by a "
          "heuristic on the SMs, dynamically per sequence for variable lengths), merging the splits in a "
          "second kernel.",
-         "https://github.com/Dao-AILab/flash-attention/blob/main/hopper/flash_api.cpp", "hopper/flash_api.cpp", _OLD),
+         "https://github.com/Dao-AILab/flash-attention/blob/main/hopper/flash_api.cpp", "hopper/flash_api.cpp",
+         _OLD),
     Fact("flashinfer_pod", "FlashInfer", "main",
          "**FlashInfer**'s POD attention runs a prefill kernel and a batch-decode kernel concurrently in "
          "one launch, for steps that overlap a chunked prefill with ongoing decodes.",
@@ -365,7 +370,8 @@ BOXES: dict[str, tuple[str, ...]] = {
 
 #: Each chapter's section of book/references.md (its other sources).
 REFERENCES: dict[str, str] = {
-    **{ch: "chapters-0-to-4-kernels-the-kv-cache-reservations-fragmentation-and-pages" for ch in ("00", "01", "02", "03", "04")},
+    **{ch: "chapters-0-to-4-kernels-the-kv-cache-reservations-fragmentation-and-pages"
+       for ch in ("00", "01", "02", "03", "04")},
     **{ch: "chapters-5-to-7-page-tables-sharing-prefix-caching" for ch in ("05", "06", "07")},
     **{ch: "the-gpu-primer-and-chapters-8-9-kernels" for ch in ("08", "09")},
     "10": "chapter-10-a-serving-engine",
@@ -390,7 +396,8 @@ def render_box(chapter: str) -> str:
     directive as a raw code fence) and on the site (the theme styles ``div.admonition``).
     """
     items = "\n".join(f"- {fact(key).text} {fact(key).cite()}" for key in BOXES[chapter])
-    return (f"{BOX_START}\n<div class=\"admonition note\">\n<p class=\"admonition-title\"><strong>{BOX_TITLE}</strong></p>\n\n"
+    return (f"{BOX_START}\n<div class=\"admonition note\">\n"
+            f"<p class=\"admonition-title\"><strong>{BOX_TITLE}</strong></p>\n\n"
             f"{items}\n\nEvery fact about another engine, with its source and date: "
             f"[facts about production engines](../book/references.md#facts-about-production-engines); "
             f"this chapter's other sources: [references](../book/references.md#{REFERENCES[chapter]})."

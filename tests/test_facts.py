@@ -110,7 +110,8 @@ def test_one_default_has_one_value_across_the_course():
 
 def test_the_default_check_can_fail():
     texts = {"a": "vLLM's default `block_size` is 16, and", "b": "with `block_size` 32 by default.",
-             "c": "TensorRT-LLM's `tokens_per_block` is 32 by default; `free_gpu_memory_fraction` (0.9 by default)"}
+             "c": "TensorRT-LLM's `tokens_per_block` is 32 by default; "
+                  "`free_gpu_memory_fraction` (0.9 by default)"}
     assert _default_clashes(texts) == {"block_size": [("a", "16"), ("b", "32")]}
 
 
@@ -120,7 +121,8 @@ def test_sync_rewrites_a_box_edited_by_hand(tmp_path):
     import sync_notebooks
     nb = nbformat.v4.new_notebook()
     box = facts.render_box("04")
-    nb.cells = [nbformat.v4.new_markdown_cell("Text before.\n\n" + box.replace("is 16", "is 32") + "\n\nAfter.")]
+    edited = box.replace("is 16", "is 32")
+    nb.cells = [nbformat.v4.new_markdown_cell("Text before.\n\n" + edited + "\n\nAfter.")]
     path = tmp_path / "04_pages.ipynb"
     assert sync_notebooks.sync_production_box(path, nb) == [
         "'In production today' box differs from pagedlib/facts.py"]
