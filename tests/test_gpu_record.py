@@ -73,3 +73,25 @@ def test_the_dry_run_rehearses_every_section_of_the_script(tmp_path):
     assert all(set(r["us"]) == {"1", "2", "4"} for r in stored["splits"]["rows"])
     assert stored["paging"]["rows"] and len(stored["attention"]) and len(stored["block_size"])
     assert [g["name"] for g in stored["goals"]] == [g[0] for g in gpu_record.GOALS]
+
+
+def test_greedy_fidelity_finds_a_token_that_is_not_the_argmax():
+    """The referee of the engine comparison: an engine's own greedy tokens score every token the argmax;
+    one token changed to a clearly worse one is counted as such."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, initializer_range=0.5)
+    hf = transformers.LlamaForCausalLM(config).eval()
+    prompt = [3, 14, 15, 9, 26]
+    ids = torch.tensor([prompt])
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                      pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
+    good = gpu_record.greedy_fidelity(hf, [prompt], [out], near_tie=0.05)
+    assert good == dict(tokens=6, argmax=6, far=0, worst_gap=0.0, first_argmax=1)
+    with torch.inference_mode():
+        logits = hf(torch.tensor([prompt + out[:2]])).logits[0, -1]
+    worst = int(logits.argmin())                                     # the least likely third token
+    bad = gpu_record.greedy_fidelity(hf, [prompt], [out[:2] + [worst] + out[3:]], near_tie=0.05)
+    assert bad["argmax"] <= 5 and bad["far"] >= 1 and bad["worst_gap"] > 0.05 and bad["first_argmax"] == 1
