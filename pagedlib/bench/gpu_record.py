@@ -117,17 +117,36 @@ class Budget:
         return time.monotonic() > self.end
 
 
-def make_timer(dry_run: bool, quick: bool = False):
-    """``timer(fn) -> ms``: triton's do_bench on a GPU; one wall-clock call in a dry run."""
+def make_timer(dry_run: bool, quick: bool = False, device_time: bool = True):
+    """``timer(fn) -> ms``. On a GPU with ``device_time``: the kernels' own time, replayed from a CUDA
+    graph (``triton.testing.do_bench_cudagraph``), so the Python call that launches them is not
+    counted (it can take longer than a small kernel); a call that cannot be captured falls back to
+    ``do_bench`` and is counted in ``timer.fallbacks``. Without ``device_time``: ``do_bench``, the
+    time per call as a Python program sees it, launch overhead included. In a dry run: one call."""
     if dry_run:
         def once(fn):
             start = time.perf_counter()
             fn()
             return (time.perf_counter() - start) * 1e3
+        once.fallbacks = 0
         return once
+    import torch
     import triton.testing
     warmup, rep = (5, 20) if quick else (25, 100)
-    return lambda fn: triton.testing.do_bench(fn, warmup=warmup, rep=rep)
+
+    def call(fn):
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep)
+
+    def graph(fn):
+        try:
+            return triton.testing.do_bench_cudagraph(fn, rep=rep)
+        except Exception:
+            torch.cuda.synchronize()
+            graph.fallbacks += 1
+            return call(fn)
+
+    graph.fallbacks = call.fallbacks = 0
+    return graph if device_time else call
 
 
 def decode_inputs(batch: int, context: int, block_size: int, num_heads: int, num_kv_heads: int,
@@ -213,8 +232,11 @@ def correctness(cfg: dict, budget: Budget, log) -> dict:
 
 
 def _decode_row(batch, context, block_size, heads, kv_heads, head_dim, dtype, timer, device, peak,
-                sdpa: bool = True, varlen: bool = True, ref: bool = False) -> dict:
-    """Times one decode shape: the automatic paged kernel, the varlen kernel, SDPA contiguous."""
+                sdpa: bool = True, varlen: bool = True, ref: bool = False, call_timer=None,
+                l2_bytes: int | None = None) -> dict:
+    """Times one decode shape: the automatic paged kernel, the varlen kernel, SDPA contiguous
+    (``timer``: device time), and with ``call_timer`` the paged kernel's time per Python call and the
+    reference's. ``in_l2``: the K/V fit twice in the GPU's L2, so repeated runs read them from there."""
     import torch
 
     from ..attention.reference import paged_attention_ref
@@ -229,6 +251,9 @@ def _decode_row(batch, context, block_size, heads, kv_heads, head_dim, dtype, ti
                group=heads // kv_heads, num_splits=chosen_splits(x["paged"]), paged_us=paged_ms * 1e3,
                paged_gbs=nbytes / paged_ms / 1e6)
     row["paged_frac_peak"] = row["paged_gbs"] / peak if peak else float("nan")
+    row["in_l2"] = bool(l2_bytes and nbytes < 2 * l2_bytes)
+    if call_timer is not None:
+        row["paged_call_us"] = call_timer(lambda: paged_attention(*x["paged"], validate=False)) * 1e3
     if varlen:
         ms = timer(lambda: paged_attention_varlen(*x["varlen"], validate=False))
         row.update(varlen_us=ms * 1e3, varlen_gbs=nbytes / ms / 1e6,
@@ -240,7 +265,7 @@ def _decode_row(batch, context, block_size, heads, kv_heads, head_dim, dtype, ti
         row.update(sdpa_us=ms * 1e3, sdpa_gbs=nbytes / ms / 1e6, paged_vs_sdpa=ms / paged_ms, max_err=err)
         del keys, values
     if ref:
-        ms = timer(lambda: paged_attention_ref(*x["paged"]))
+        ms = (call_timer or timer)(lambda: paged_attention_ref(*x["paged"]))
         row.update(ref_us=ms * 1e3, paged_vs_ref=ms / paged_ms)
     else:
         row.update(ref_us=float("nan"), paged_vs_ref=float("nan"))
@@ -265,7 +290,7 @@ def kv_bytes(batch, context, kv_heads, head_dim, elem_bytes) -> int:
     return 2 * batch * context * kv_heads * head_dim * elem_bytes
 
 
-def bandwidth(cfg: dict, budget: Budget, log, timer, device, peak) -> dict:
+def bandwidth(cfg: dict, budget: Budget, log, timer, device, peak, call_timer=None, l2_bytes=None) -> dict:
     """Decode bandwidth over batch x context x GQA group (pages of 16, head_dim 128, fp16)."""
     dtype = _dtype("fp16")
     rows = []
@@ -280,7 +305,7 @@ def bandwidth(cfg: dict, budget: Budget, log, timer, device, peak) -> dict:
                     log("bandwidth: out of time, sweep cut short")
                     return dict(rows=rows, cut_short=True, **_bandwidth_summary(rows))
                 rows.append(_decode_row(batch, context, 16, cfg["heads"], kv_heads, cfg["head_dim"], dtype,
-                                        timer, device, peak))
+                                        timer, device, peak, call_timer=call_timer, l2_bytes=l2_bytes))
                 r = rows[-1]
                 log(f"bandwidth: group {group} batch {batch} ctx {context}: paged {r['paged_frac_peak']:.0%} "
                     f"varlen {r['varlen_frac_peak']:.0%} of peak, vs sdpa {r['paged_vs_sdpa']:.2f}x")
@@ -288,7 +313,7 @@ def bandwidth(cfg: dict, budget: Budget, log, timer, device, peak) -> dict:
 
 
 def _bandwidth_summary(rows: list[dict]) -> dict:
-    big = [r for r in rows if r["batch"] >= 32 and r["context"] >= 4096]
+    big = [r for r in rows if r["batch"] >= 32 and r["context"] >= 4096 and not r.get("in_l2")]
     return dict(worst_frac_peak_b32_4k=min((r["paged_frac_peak"] for r in big), default=None),
                 worst_varlen_frac_peak_b32_4k=min((r["varlen_frac_peak"] for r in big), default=None),
                 best_frac_peak=max((r["paged_frac_peak"] for r in rows), default=None))
@@ -566,6 +591,11 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
               "sms": props.multi_processor_count if props else None,
               "attention": [], "block_size": [], "errors": {}, "seconds": {}}
     timer, quick = make_timer(dry_run), make_timer(dry_run, quick=True)
+    call = make_timer(dry_run, quick=True, device_time=False)
+    l2_bytes = props.L2_cache_size if props else None
+    record["l2_bytes"] = l2_bytes
+    record["timing"] = ("device time: triton.testing.do_bench_cudagraph (the kernels replayed from a "
+                        "CUDA graph, launch overhead excluded, L2 not flushed); call time: do_bench")
 
     def save():
         record["goals"] = judge(record)
@@ -577,12 +607,12 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
             a = argparse.Namespace(batch=[1, 2], context=[16, 40], block_size=a.block_size[:2], heads=[4, 2],
                                    head_dim=32)
         return [_decode_row(b, c, bs, a.heads[0], a.heads[1], a.head_dim, _dtype("fp16"), timer, device, peak,
-                            varlen=False, ref=b * c <= 64 * 2048)
+                            varlen=False, ref=b * c <= 64 * 2048, call_timer=call, l2_bytes=l2_bytes)
                 for bs in a.block_size for b in a.batch for c in a.context if not budget.over()]
 
     runners = dict(
         correctness=lambda b: correctness(sizes["correctness"], b, log),
-        bandwidth=lambda b: bandwidth(sizes["bandwidth"], b, log, quick, device, peak),
+        bandwidth=lambda b: bandwidth(sizes["bandwidth"], b, log, quick, device, peak, call, l2_bytes),
         splits=lambda b: splits(sizes["splits"], b, log, quick, device),
         block_size=lambda b: block_sizes(sizes["block_size"], b, log, timer, device, peak),
         paging=lambda b: paging(sizes["paging"], b, log, timer, device),
@@ -603,6 +633,7 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
             record["errors"][section] = traceback.format_exc(limit=6)
             log(f"{section}: FAILED {exc!r}")
         record["seconds"][section] = round(time.monotonic() - start, 1)
+        record["graph_fallbacks"] = timer.fallbacks + quick.fallbacks
         if device.type == "cuda":
             torch.cuda.empty_cache()
         save()
