@@ -335,8 +335,11 @@ class Exercise:
         return result
 
     def _judge(self, answer: Any) -> tuple[str, str]:
-        if answer is ... or answer is None:
+        if answer is ...:
             return NOT_ATTEMPTED, "Replace the `...` with your answer, then run the cell."
+        if answer is None:
+            return NOT_ATTEMPTED, ("Your answer is None: put your answer in its place, then run the "
+                                   "cell. (A function that prints instead of returning gives None too.)")
         if self.is_function:
             return self._judge_function(answer)
         return self._judge_value(answer, self.reference, None)
@@ -359,9 +362,13 @@ class Exercise:
     def _judge_value(self, answer: Any, expected: Any, args: tuple | None) -> tuple[str, str]:
         where = "" if args is None else f" for input {self._describe_input(args)}"
         what = "your answer is" if args is None else "the function returned"
+        answer = normalise(answer, expected)
         kinds = _expected_kind(expected)
         if not isinstance(answer, kinds) and not self._compatible_number(answer, expected):
             return INCORRECT, _wrong_type(answer, kinds, what, where)
+        slip = _wrong_item_type(answer, expected)
+        if slip:
+            return INCORRECT, f"{what} {_short(answer)}{where}: {slip}"
         try:
             right = self.compare(answer, expected)
         except Exception:  # noqa: BLE001 - a checker never leaks its own error
@@ -373,7 +380,7 @@ class Exercise:
         else:
             base = f"{_short(answer)} is not right."
         message = self._mistake_message(answer, args, expected) or self._diagnosis(answer, expected, args)
-        message = message or TRY_A_HINT
+        message = sentence(message or TRY_A_HINT)
         room = self.message_limit - len(message) - 1       # what is wrong is never cut: the rest is
         if len(base) > room:
             base = _one_line(base, max(40, room))
@@ -498,6 +505,56 @@ class Exercise:
         return "\n".join(parts)
 
 
+def normalise(answer: Any, expected: Any) -> Any:
+    """``answer`` as the plain Python value it stands for, judged by value, not by type: numpy
+    scalars and arrays become Python numbers and lists, a Fraction becomes a float where a float is
+    asked (an int where an int is asked and it is whole), item by item inside lists and tuples.
+    Anything else (a str, a tensor, a Fraction that is not whole where an int is asked) is left as
+    it is, for the type check to name."""
+    import numbers
+    if type(answer).__module__ == "numpy" and hasattr(answer, "tolist") and not _is_tensor(expected):
+        answer = answer.tolist()                 # ndarray -> (nested) list, numpy scalar -> number
+    if isinstance(answer, numbers.Rational) and not isinstance(answer, (int, bool)) \
+            and not isinstance(expected, bool):
+        if isinstance(expected, float):
+            return float(answer)
+        if isinstance(expected, int) and answer.denominator == 1:
+            return int(answer)
+        return answer
+    if isinstance(answer, (list, tuple)):
+        items = expected if isinstance(expected, (list, tuple)) and len(expected) == len(answer) \
+            else [None] * len(answer)
+        return type(answer)(normalise(a, e) for a, e in zip(answer, items))
+    return answer
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: its first letter a capital (it follows "... is not right.")."""
+    return text[:1].upper() + text[1:] if text[:1].islower() else text
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _wrong_item_type(answer: Any, expected: Any, path: str = "") -> str | None:
+    """The first item of a list or tuple written as text where the answer has a number there:
+    ``("C", "3")`` for ``("C", 3)``. None when every item has a number's place right."""
+    if not (isinstance(answer, (list, tuple)) and isinstance(expected, (list, tuple))
+            and len(answer) == len(expected)):
+        return None
+    for i, (a, e) in enumerate(zip(answer, expected)):
+        where = f"{path}[{i}]"
+        if _is_number(e) and isinstance(a, str):
+            want = "an int" if isinstance(e, int) else "a number"
+            return (f"item {where} is the text {_short(a, 40)}, a str; expected {want} there: "
+                    f"write the number itself, without quotes.")
+        inner = _wrong_item_type(a, e, where)
+        if inner:
+            return inner
+    return None
+
+
 def _plain(value: Any) -> bool:
     """A value the website can hold too: numbers, str, bool, None, and lists and tuples of them."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -516,6 +573,13 @@ def _wrong_type(answer: Any, kinds: tuple[type, ...], what: str, where: str) -> 
     if int in kinds and float not in kinds and isinstance(answer, float):
         return (f"{what} {_short(answer)}{where}, a float; expected an int. `/` always gives a "
                 f"float: use `//` (which rounds down) or round the result yourself.")
+    if answer is None:
+        return (f"{what} None{where}; expected {want}. Does the function `return` its result? One "
+                f"without `return` (or one that prints it) gives None.")
+    if number_asked and isinstance(answer, str) and answer.strip().endswith("%"):
+        share = " (a share as a fraction: 25% is 0.25)" if float in kinds else ""
+        return (f"{what} the text {_short(answer)}{where}, a str; expected {want}: "
+                f"write the number itself, without quotes or a % sign{share}.")
     if number_asked and isinstance(answer, str):
         return (f"{what} the text {_short(answer)}{where}, a str; expected {want}: "
                 f"write the number itself, without quotes.")
@@ -560,7 +624,7 @@ def registry() -> dict[str, Exercise]:
     return dict(sorted(_REGISTRY.items()))
 
 
-__all__ = ["Exercise", "Result", "registry", "default_compare", "CORRECT", "INCORRECT",
+__all__ = ["Exercise", "Result", "registry", "default_compare", "normalise", "sentence", "CORRECT", "INCORRECT",
            "NOT_ATTEMPTED", "HINT_RUNGS", "MIN_HINTS", "Rule", "Above", "Below", "AtLeast",
            "NotMultipleOf", "LengthNot", "Item", "AnyItem", "OneOf", "AllOf", "Not", "FirstWrong", "NotAnInt",
            "OTHERWISE"]
