@@ -112,6 +112,28 @@ def _show(obj) -> None:
     print(obj)
 
 
+class HiddenHelper(AttributeError):
+    """A learner's function used a helper that computes the exercise's own answer.
+
+    An exercise that says "do not call ``spec.kv_bytes``" hands the learner's function inputs whose
+    such helpers raise this (its ``learner_args``); the check shows its message as the verdict."""
+
+
+def hide_helpers(obj: Any, names: Sequence[str], message: str) -> Any:
+    """A copy of the dataclass ``obj`` whose attributes ``names`` raise :class:`HiddenHelper` with
+    ``message`` ("{name}" in it is replaced by the attribute used). Its ``replace`` copies stay so."""
+    import dataclasses
+
+    def hidden(name):
+        def fail(self):
+            raise HiddenHelper(message.format(name=name))
+        return property(fail)
+
+    blind = type(type(obj).__name__, (type(obj),), {n: hidden(n) for n in names})
+    blind.__qualname__ = type(obj).__qualname__
+    return blind(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init})
+
+
 class Timeout(BaseException):
     """An answer function ran longer than the exercise allows.
 
@@ -237,7 +259,9 @@ class Exercise:
     mistakes' answers, what the contract tests use to prove that ``check`` can say "incorrect").
     ``hints`` climb :data:`HINT_RUNGS` (the concept, the approach, almost the code); ``why`` is the
     one line shown with "Correct" (why it is right, or what it means); ``explanation`` follows the
-    solution.
+    solution. ``learner_args(args)`` turns a case's arguments into those the learner's function gets
+    (the reference and the mistakes get the case itself): for instance a spec whose helper that
+    computes the answer is hidden (:func:`hide_helpers`), so that "do not call it" holds.
     """
 
     message_limit = 400      # characters of a message shown; never cut what the learner must see
@@ -254,7 +278,8 @@ class Exercise:
                  timeout: float = 5.0,
                  tolerance: float | None = None,
                  unordered: bool = False,
-                 ignore_case: bool = False):
+                 ignore_case: bool = False,
+                 learner_args: Callable[[tuple], tuple] | None = None):
         if callable(reference) and not cases:
             raise ValueError(f"exercise {name!r}: a function exercise needs test cases")
         if not wrong and not mistakes:
@@ -287,6 +312,7 @@ class Exercise:
         self.why = why or (explanation if explanation and "\n" not in explanation else "")
         self.explanation = explanation
         self.timeout = timeout
+        self.learner_args = learner_args
         _REGISTRY[name] = self
 
     @property
@@ -432,10 +458,15 @@ class Exercise:
             # each call gets its own copy of the inputs: an answer that changes them in place
             # must not change the test cases (or the reference's result) for later checks
             expected = self.reference(*copy.deepcopy(args))
+            given = copy.deepcopy(args)
+            if self.learner_args is not None:
+                given = tuple(self.learner_args(given))
             try:
-                got = _call_with_timeout(answer, copy.deepcopy(args), self.timeout)
+                got = _call_with_timeout(answer, given, self.timeout)
             except NotImplementedError:
                 return NOT_ATTEMPTED, "the function still raises NotImplementedError: fill in its body."
+            except HiddenHelper as exc:
+                return INCORRECT, f"{exc}"
             except Timeout:
                 return INCORRECT, (f"the function ran for more than {self.timeout:g} s on input "
                                    f"{self._describe_input(args)}: is there a loop that never ends?")
@@ -624,7 +655,7 @@ def registry() -> dict[str, Exercise]:
     return dict(sorted(_REGISTRY.items()))
 
 
-__all__ = ["Exercise", "Result", "registry", "default_compare", "normalise", "sentence", "CORRECT", "INCORRECT",
+__all__ = ["Exercise", "Result", "registry", "HiddenHelper", "hide_helpers", "default_compare", "normalise", "sentence", "CORRECT", "INCORRECT",
            "NOT_ATTEMPTED", "HINT_RUNGS", "MIN_HINTS", "Rule", "Above", "Below", "AtLeast",
            "NotMultipleOf", "LengthNot", "Item", "AnyItem", "OneOf", "AllOf", "Not", "FirstWrong", "NotAnInt",
            "OTHERWISE"]
