@@ -194,3 +194,10 @@ def test_a_variant_needs_its_text_exactly_once():
 def test_a_kernel_exercise_message_is_never_cut():
     message = _message(ch08.decode, "kv_head = head // GROUP", "kv_head = head + 0")
     assert not message.endswith("...")
+
+
+def test_a_kv_head_from_the_remainder_is_named():
+    """`kv_head = head % GROUP` is the remainder (a place inside a group), not the group: issue 37
+    found it answered with a generic message."""
+    message = _message(ch08.decode, "kv_head = head // GROUP", "kv_head = head % GROUP")
+    assert "h % GROUP" in message and "not the group" in message and "mask" not in message.lower()

@@ -470,6 +470,9 @@ def _decode_case(lengths: list[int], num_heads: int, num_kv_heads: int, block_si
     meta = dict(group=group, lengths=lengths)
     if group > 1:
         meta["interleaved"] = _attend_heads(inputs, [h % num_kv_heads for h in range(num_heads)])
+    by_remainder = [h % group for h in range(num_heads)]          # `head % GROUP`: a slip
+    if by_remainder != [h // group for h in range(num_heads)] and max(by_remainder) < num_kv_heads:
+        meta["remainder"] = _attend_heads(inputs, by_remainder)
     return KernelCase(label, inputs, paged_attention_ref(*x.args()), meta=meta)
 
 
@@ -480,6 +483,11 @@ _DECODE_CASES = [_decode_case([1, 4, 5, 11], 2, 2, 4, seed=30),
 
 
 def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
+    remainder = case.meta.get("remainder")
+    if remainder is not None and torch.allclose(got.float(), remainder, atol=1e-3):
+        return (f"Query head h read K/V head h % GROUP (GROUP = {case.meta['group']} here): the "
+                "remainder is h's place inside its group, not the group. The GROUP consecutive query "
+                "heads of a group share one K/V head: which group is h in?")
     interleaved = case.meta.get("interleaved")
     if interleaved is not None and torch.allclose(got.float(), interleaved, atol=1e-3):
         return (f"Query head h read K/V head h % num_kv_heads; with groups of {case.meta['group']}, "
