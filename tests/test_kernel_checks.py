@@ -201,3 +201,21 @@ def test_a_kv_head_from_the_remainder_is_named():
     found it answered with a generic message."""
     message = _message(ch08.decode, "kv_head = head // GROUP", "kv_head = head % GROUP")
     assert "h % GROUP" in message and "not the group" in message and "mask" not in message.lower()
+
+
+def test_a_two_value_tl_max_is_named():
+    """`tl.max(m, x)` raises "axis [2.03] out of bounds": the checker says tl.max reduces one
+    tensor and tl.maximum takes two (issue 37)."""
+    message = _message(ch08.online_lse, "m_new = tl.maximum(m, tl.max(s, axis=0))",
+                       "m_new = tl.max(m, tl.max(s, axis=0))")
+    assert "out of bounds" in message and "`tl.maximum(a, b)`" in message
+
+
+def test_python_math_inside_a_kernel_is_named():
+    """`math.exp` inside a kernel raises "cannot convert float infinity to integer": the checker
+    points to Triton's own functions (issue 37)."""
+    import math
+    kernel = variant(ch08.online_lse.kernel, "l = l * tl.exp(m - m_new) +", "l = l * math.exp(m - m_new) +")
+    kernel.fn.__globals__["math"] = math
+    result = ch08.online_lse.check(kernel)
+    assert result.state == INCORRECT and "math.exp" in result.message and "`tl.exp`" in result.message
