@@ -374,7 +374,7 @@ online_lse = KernelExercise(
     diagnose=_diagnose_lse,
     mistakes=[
         (variant(online_lse_kernel, "l = l * tl.exp(m - m_new) +", "l = l +"),
-         "l was not moved onto the new max: when a page raises m, the sum so far was measured "
+         "`l` was not moved onto the new max: when a page raises m, the sum so far was measured "
          "against the old max, so multiply it by exp(m - m_new) before adding the page's terms."),
         (variant(online_lse_kernel, "m + tl.log(l))", "tl.log(l))"),
          "That is log(l), the log-sum-exp measured from the running max: l sums exp(score - m), so "
@@ -606,10 +606,10 @@ decode = KernelExercise(
          "heads than query heads, so the later heads read other tokens' rows. Each group of GROUP "
          "consecutive query heads shares one K/V head: `head // GROUP`."),
         (variant(decode_kernel, "l = l * alpha +", "l = l +"),
-         "l was not rescaled: when a page raises m, the sum so far was measured against the old "
+         "`l` was not rescaled: when a page raises m, the sum so far was measured against the old "
          "max; multiply it by alpha = exp(m - m_new) before adding the page's sum, as for acc."),
         (variant(decode_kernel, "acc = acc * alpha +", "acc = acc +"),
-         "acc was not rescaled: when a page raises m, the weighted sum so far was measured against "
+         "`acc` was not rescaled: when a page raises m, the weighted sum so far was measured against "
          "the old max; multiply it by alpha, the same factor as l, before adding the page's rows."),
         (variant(decode_kernel, "dims, acc / l)", "dims, acc)"),
          "The output is acc, not acc / l: the weights exp(score - m) sum to l, not to 1, so divide "
