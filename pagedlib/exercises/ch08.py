@@ -305,7 +305,7 @@ def _lse_case(lengths: list[int], block_size: int, kv_head: int, seed: int, boos
 
 def _diagnose_lse(got: torch.Tensor, case: KernelCase) -> str | None:
     if torch.isinf(got).any() and torch.isfinite(case.expected).all():
-        return ("inf: exp overflowed on large scores. Subtract the running max before exponentiating "
+        return ("An inf: exp overflowed on large scores. Subtract the running max before exponentiating "
                 "(exp(s - m)), and add it back at the end: lse = m + log(l).")
     if torch.allclose(got.float(), case.meta["first_page"].float(), atol=1e-3):
         return "That is the log-sum-exp of the first page only: loop over all tl.cdiv(seq_len, BLOCK_SIZE)."
