@@ -548,3 +548,48 @@ def test_the_alpaca_prediction_is_judged_within_a_tight_tolerance():
     assert ch12.alpaca_waste.check(0.5).state == CORRECT
     assert ch12.alpaca_waste.check(0.46).state == CORRECT
     assert f"within {ch12.ALPACA_TOLERANCE}" in ch12.alpaca_waste.question
+
+
+def _cells_that_read_an_answer():
+    """(notebook, exercise module, variable, cell index, earlier import lines) for every code cell
+    that, after an exercise's check cell, reads the variable the learner answered in."""
+    import glob
+
+    import nbformat
+    found = []
+    for path in sorted(glob.glob(str(__import__("pathlib").Path(__file__).parents[1] / "notebooks" / "*.ipynb"))):
+        nb = nbformat.read(path, as_version=4)
+        module = None
+        imports: list[str] = []
+        checked: dict[str, int] = {}
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            for m in re.finditer(r"from pagedlib\.exercises import (ch\d\d) as ex", cell.source):
+                module = m.group(1)
+            for var, cell_index in checked.items():
+                if re.search(rf"(?<![.\w]){var}\b", cell.source) and f".check({var})" not in cell.source:
+                    found.append((path, module, var, i, list(imports)))
+            for m in re.finditer(r"ex\.\w+\.check\((\w+)\)", cell.source):
+                checked[m.group(1)] = i
+            imports += [line for line in cell.source.splitlines()
+                        if re.match(r"(from \S+ )?import ", line) and "exercises" not in line]
+    return found
+
+
+def test_cells_after_an_exercise_run_whatever_the_answer(capsys):
+    """A cell that reads the learner's answer after its exercise runs for any answer: unanswered,
+    None, a number, a string, a list, a pair of the wrong types (issue 37: chapter 10's replay cell
+    raised TypeError on 3 or None). Each such cell is run here, after the notebook's imports."""
+    import importlib
+
+    import nbformat
+    cells = _cells_that_read_an_answer()
+    assert any("10_serving_engine" in path for path, *_ in cells)    # the replay cell is found
+    for path, module, var, index, imports in cells:
+        source = nbformat.read(path, as_version=4).cells[index].source
+        for answer in [..., None, 3, "C", ["C", 3], ("C", "3"), ("c", 3), object()]:
+            namespace = {"ex": importlib.import_module(f"pagedlib.exercises.{module}"), var: answer}
+            exec("\n".join(imports), namespace)  # noqa: S102 - the course's own cells
+            exec(source, namespace)  # noqa: S102
+            assert "Traceback" not in capsys.readouterr().out
