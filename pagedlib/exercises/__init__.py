@@ -15,10 +15,18 @@ Every chapter has a module here (``ch02``, ``ch04``, ...) that defines its exerc
 - ``"not attempted"``: the answer is ``...`` or ``None``, or a function that still raises
   ``NotImplementedError`` (the starter code is untouched); the message says what to do, on Colab too.
 
+An answer is read before it is judged, by value, not by type (:func:`normalise`): numpy scalars and
+arrays are the numbers and lists they hold, a Fraction is a float where a float is asked (an int
+where an int is asked and it is whole). A number written as text, alone ("10", "37.6%") or as an item
+of a pair or list (``("C", "3")``), is named with the type expected. What follows "... is not right."
+is a sentence (:func:`sentence`); the site's checker (_static/exercises.js) does the same.
+
 An exercise's answer is either a value or a function. A function is called on every test case and
 compared with the reference; one that raises, returns the wrong type or runs too long is incorrect,
 with a message that names the input it failed on. A checker never shows a traceback or a multi-line
 tensor: values are shortened to one line, and a checker that fails on an odd answer says so plainly.
+Where an exercise says "do not call spec.kv_bytes" (the answer itself), the function gets inputs
+without that helper (``learner_args``, :func:`hide_helpers`), and a call to it is named.
 
 Help comes in rungs: ``.hint()`` (1, the concept), ``.hint(2)`` (the approach), ``.hint(3)`` (almost
 the code), then ``.solution()``. The course's site shows the same question, hints and solution in
