@@ -593,3 +593,14 @@ def test_cells_after_an_exercise_run_whatever_the_answer(capsys):
             exec("\n".join(imports), namespace)  # noqa: S102 - the course's own cells
             exec(source, namespace)  # noqa: S102
             assert "Traceback" not in capsys.readouterr().out
+
+
+def test_the_library_s_own_function_is_not_an_answer():
+    """Handing in pagedlib's blocks_for or requests_that_fit is the answer itself, not the
+    learner's (issue 37: chapters imported them before the exercises that ask for them)."""
+    import pagedlib
+    from pagedlib.exercises import ch01, ch04
+    for exercise, library in [(ch04.blocks_for, pagedlib.blocks_for),
+                              (ch01.requests_that_fit, pagedlib.requests_that_fit)]:
+        result = exercise.check(library)
+        assert result.state == INCORRECT and "pagedlib's own" in result.message, result.message

@@ -462,6 +462,10 @@ class Exercise:
     def _judge_function(self, answer: Any) -> tuple[str, str]:
         if not callable(answer):
             return INCORRECT, f"expected a function, got a {_type_name(answer)}."
+        library = _library_function(answer)
+        if library:
+            return INCORRECT, (f"that is pagedlib's own `{library}`, the answer itself: write your "
+                               "own function (the library's version comes after the exercise).")
         for args in self.cases:
             # each call gets its own copy of the inputs: an answer that changes them in place
             # must not change the test cases (or the reference's result) for later checks
@@ -542,6 +546,15 @@ class Exercise:
                      f"<pre>{solution}</pre>\n</details>")
         parts.append("</div>")
         return "\n".join(parts)
+
+
+def _library_function(answer: Any) -> str | None:
+    """``module.name`` when ``answer`` is one of pagedlib's own functions (not an exercise's),
+    handed in as the answer; else None."""
+    module = getattr(answer, "__module__", None) or ""
+    if module.startswith("pagedlib.") and not module.startswith(f"{__name__}"):
+        return f"{module}.{getattr(answer, '__qualname__', getattr(answer, '__name__', '?'))}"
+    return None
 
 
 def normalise(answer: Any, expected: Any) -> Any:
