@@ -25,6 +25,8 @@ module                          idea                                            
                                 number they are launched with
 ``attention.triton_backend``    the kernels' launchers and the Triton backend       8, 9, 10
 ``attention.torch_backend``     the whole batch in PyTorch (the CPU backend)        10
+``attention.metadata``          ``PagedBatch``: what one forward pass's attention   10
+                                needs (the engine builds it)
 ``attention.backend``           the backend interface and the choice of one         10
 ``models.layers``               KV cache, paged attention layer, model protocol     10
 ``models.gpt2``                 GPT-2 on the paged cache                            10
@@ -35,7 +37,8 @@ module                          idea                                            
                                 135M-Instruct from the package index)
 ``engine.scheduler``            continuous batching: token budget, chunked          10, 11
                                 prefill, preemption
-``engine.batch``                one step's tokens as one flat ``PagedBatch``        10
+``engine.batch``                ``build_batch``: one step's tokens as one flat      10
+                                ``PagedBatch``
 ``engine.sampling``             ``SamplingParams``, greedy and sampled tokens       10
 ``engine.metrics``              the engine's records: steps and requests            10, 11
 ``engine.llm``                  ``LLM``: a small serving engine                     10, 11
@@ -78,7 +81,7 @@ _EXPORTS = {
     "from_hf": "models.loading", "from_pretrained": "models.loading",
     "load_smollm2": "models.smollm2",
     # engine
-    "PagedBatch": "engine.batch", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
+    "PagedBatch": "attention.metadata", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
     "SamplingParams": "engine.sampling", "ReserveMaxLLM": "engine.baseline",
     # claims
     "claim": "claims",

@@ -36,7 +36,7 @@ from .kernels.write_kv import write_kv_kernel
 from ..validation import as_int, cdiv
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from .metadata import PagedBatch
 
 # Every launch number (tiles, warps, MIN_DOT_ROWS, the split-K rule) is defined in
 # pagedlib.attention.kernels.launch; the names below are re-exported for the chapters' imports.
