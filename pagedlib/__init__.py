@@ -56,9 +56,8 @@ without CUDA) and loads every other module on first use.
 """
 from __future__ import annotations
 
-import importlib
-
 from . import runtime
+from .lazy import lazy_submodules
 from .runtime import DEVICE, DTYPE, env_report, print_env
 
 __version__ = "0.1.0"
@@ -67,7 +66,6 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # memory
     "blocks_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
-    "pages_for": "memory.capacity",    # blocks_for's alias, under chapter 4's first word for a block
     "Plan": "memory.capacity", "ModelSpec": "memory.capacity", "MODELS": "memory.capacity",
     "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity", "requests_that_fit": "memory.capacity",
     "ReserveMaxAllocator": "memory.allocators", "FirstFitAllocator": "memory.allocators",
@@ -76,12 +74,13 @@ _EXPORTS = {
     "paged_attention_ref": "attention.reference", "paged_prefill_ref": "attention.reference",
     "paged_attention": "attention.triton_backend", "paged_prefill": "attention.triton_backend",
     "write_kv": "attention.triton_backend", "paged_attention_varlen": "attention.triton_backend",
+    "PagedBatch": "attention.metadata",
     # models
     "KVCache": "models.layers", "PagedModel": "models.layers", "GPT2": "models.gpt2", "Llama": "models.llama",
     "from_hf": "models.loading", "from_pretrained": "models.loading",
     "load_smollm2": "models.smollm2",
     # engine
-    "PagedBatch": "attention.metadata", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
+    "Scheduler": "engine.scheduler", "LLM": "engine.llm",
     "SamplingParams": "engine.sampling", "ReserveMaxLLM": "engine.baseline",
     # claims
     "claim": "claims",
@@ -91,16 +90,4 @@ _SUBMODULES = {"runtime", "claims", "facts", "validation", "memory", "attention"
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'pagedlib' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+__getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES, exports=_EXPORTS)

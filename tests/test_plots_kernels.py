@@ -8,7 +8,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest
-from figures import check_open_figures  # noqa: E402
 
 from pagedlib.plots import kernels  # noqa: E402
 from pagedlib.plots.kernels import (GPU_SPECS, attention_intensity, ridge_point,  # noqa: E402
@@ -18,10 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PRIMER = ROOT / "book" / "gpu-primer.md"
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
+pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
 
 
 def test_intensity_and_ridge_point():
