@@ -91,7 +91,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
 
 def show(rows: list[dict]) -> None:
     """Show benchmark rows as a table with the caption that says what each column is."""
-    from ..plots.table import show_table
+    from ..output import show_table
     show_table(table_rows(rows), [h for h, _, _ in COLUMNS], caption=CAPTION)
 
 

@@ -50,6 +50,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..output import display_or_print
 from .answers import (OTHERWISE, Above, AllOf, AnyItem, AtLeast, Below, Context, FirstWrong, Item,
                       LengthNot, Not, NotAnInt, NotMultipleOf, OneOf, Rule, values_equal)
 
@@ -109,15 +110,10 @@ _TEXT_ONLY = False  # set while help_html collects what .solution() shows
 
 def _show(obj) -> None:
     """Display ``obj`` as HTML in a notebook (with a plain-text twin), as text elsewhere."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-        if get_ipython() is not None and not _TEXT_ONLY:
-            display({"text/html": obj._repr_html_(), "text/plain": str(obj)}, raw=True)
-            return
-    except ImportError:
-        pass
-    print(obj)
+    if _TEXT_ONLY:
+        print(obj)
+    else:
+        display_or_print(obj, str(obj))
 
 
 class HiddenHelper(AttributeError):

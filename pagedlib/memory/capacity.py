@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Sequence
 
+from ..output import TableView
 from ..validation import as_int, cdiv, nonnegative_int, positive_int
 
 __all__ = ["blocks_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan",
@@ -158,12 +159,9 @@ class Plan:
         body = [[r.request, r.length, r.blocks, r.allocated, r.tail if self.kind == "paged" else r.padding]
                 for r in self.rows]
         body.append(["total", self.used, self.num_blocks, self.allocated, self.allocated - self.used])
-        cells = [head] + [[f"{v:,}" if isinstance(v, int) else v for v in row] for row in body]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
-        lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-        lines.append(f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'block_size'}="
-                     f"{self.unit}): waste {self.waste:.1%}")
-        return "\n".join(lines)
+        summary = (f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'block_size'}="
+                   f"{self.unit}): waste {self.waste:.1%}")
+        return TableView(body, head, caption=summary).text()
 
     def __str__(self) -> str:
         return self.text()
