@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import re
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 
 from .. import runtime
 from ..memory.capacity import PEAK_BANDWIDTH_GBS   # matched against torch.cuda.get_device_name()
+from ..validation import cdiv
 
 FIELDS = ["batch", "context", "block_size", "num_splits", "paged_us", "sdpa_us", "ref_us",
           "paged_gbs", "sdpa_gbs", "paged_frac_peak", "paged_vs_sdpa", "paged_vs_ref", "max_err"]
@@ -94,7 +94,7 @@ def gpu_inputs(batch: int, context: int, block_size: int, num_heads: int, num_kv
                head_dim: int, dtype: torch.dtype, seed: int = 0):
     """A paged cache with each sequence's pages shuffled over the pool, and the same tokens contiguous."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    pages = math.ceil(context / block_size)
+    pages = cdiv(context, block_size)
     num_blocks = batch * pages
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
@@ -224,7 +224,7 @@ def mixed_inputs(num_decode: int, num_chunks: int, chunk: int, context: int, blo
     if layout == "one_page":
         block_size = context
     batch = num_decode + num_chunks
-    pages = math.ceil(context / block_size)
+    pages = cdiv(context, block_size)
     num_blocks = batch * pages
     ids = torch.randperm(num_blocks, generator=gen) if layout == "shuffled" else torch.arange(num_blocks)
     if layout not in ("shuffled", "identity", "one_page"):

@@ -31,6 +31,7 @@ from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
 from ..attention.kernels.launch import SM_LIMITS, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
+from ..validation import cdiv
 from .style import COLORS, FIGURE_WIDTH, SMALLEST_FONT, wrap
 
 __all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "block_size_kernel_side", "tile_footprint",
@@ -200,9 +201,9 @@ def tile_footprint(block_size: int, head_dim: int = 128, seq_len: int = 2048, el
     most one per token), the bytes of each contiguous load (one token's row of one K/V head), and a
     ``seq_len``-token request's block-table entries."""
     tile = kv_tile(head_dim)
-    return dict(tile_tokens=tile, blocks_per_tile=-(-tile // block_size) if block_size < tile else 1,
+    return dict(tile_tokens=tile, blocks_per_tile=cdiv(tile, block_size) if block_size < tile else 1,
                 row_bytes=head_dim * elem_bytes, tile_bytes=tile * head_dim * elem_bytes,
-                table_entries=-(-seq_len // block_size))
+                table_entries=cdiv(seq_len, block_size))
 
 
 def block_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,

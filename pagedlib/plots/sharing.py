@@ -106,7 +106,7 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
     for s, (table, n) in enumerate(zip(tables, seq_lens)):
         if len(table) != cdiv(n, block_size):
             raise ValueError(f"tables[{s}] has {len(table)} pages but {n} tokens need "
-                             f"{-(-n // block_size)} of {block_size}; give each table without padding")
+                             f"{cdiv(n, block_size)} of {block_size}; give each table without padding")
     max_blocks = max(len(t) for t in tables)
     indptr = [0]
     for t in tables:
