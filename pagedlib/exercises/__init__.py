@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..output import display_or_print
+from ..validation import as_int
 from .answers import (OTHERWISE, Above, AllOf, AnyItem, AtLeast, Below, Context, FirstWrong, Item,
                       LengthNot, Not, NotAnInt, NotMultipleOf, OneOf, Rule, values_equal)
 
@@ -452,7 +453,7 @@ class Exercise:
         if isinstance(expected, bool) or isinstance(answer, bool) or not isinstance(expected, (int, float)):
             return False
         if isinstance(expected, int):
-            return isinstance(answer, numbers.Integral)
+            return as_int(answer) is not None
         return isinstance(answer, numbers.Real)
 
     def _judge_function(self, answer: Any) -> tuple[str, str]:
