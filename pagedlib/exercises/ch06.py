@@ -17,6 +17,7 @@ from itertools import count
 
 from . import (CORRECT, INCORRECT, NOT_ATTEMPTED, Above, Below, Exercise, Item, LengthNot, Timeout,
                _call_with_timeout, _show, _Text)
+from ..validation import cdiv
 
 # ---- exercise 1: fork + copy-on-write ------------------------------------------------------------
 
@@ -47,10 +48,10 @@ class SharingPool:
         if self.ref[block] == 0:
             self.free_blocks.append(block)
 
-    def allocate(self, seq, n_tokens: int) -> None:
-        n_blocks = -(-n_tokens // self.block_size)
+    def allocate(self, seq, num_tokens: int) -> None:
+        n_blocks = cdiv(num_tokens, self.block_size)
         self.tables[seq] = [self.new_block() for _ in range(n_blocks)]
-        self.lens[seq] = n_tokens
+        self.lens[seq] = num_tokens
 
     def free(self, seq) -> None:
         for block in reversed(self.tables.pop(seq)):
@@ -146,9 +147,9 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
 
     for op, *args in script:
         if op == "allocate":
-            seq, n_tokens = args
-            pool.allocate(seq, n_tokens)
-            written[seq] = [next(fresh) for _ in range(n_tokens)]
+            seq, num_tokens = args
+            pool.allocate(seq, num_tokens)
+            written[seq] = [next(fresh) for _ in range(num_tokens)]
             for position, token in enumerate(written[seq]):
                 write(seq, position, token)
         elif op == "fork":
