@@ -13,6 +13,7 @@ module                          idea                                            
                                 with its source, version and date
 ``validation``                  what counts as an integer argument; ``cdiv``        -
 ``lazy``                        submodules loaded on first use                      -
+``output``                      HTML in a notebook, text elsewhere; ``show_table``  every
 ``memory.capacity``             KV bytes per token, reserve-max vs paged plans,     1, 2, 4, 12
                                 GPUs
 ``memory.allocators``           the naive contiguous allocators and their waste     2, 3
@@ -85,8 +86,8 @@ _EXPORTS = {
     # claims
     "claim": "claims",
 }
-_SUBMODULES = {"runtime", "claims", "facts", "validation", "memory", "attention", "models", "engine", "sim", "plots",
-               "widgets", "exercises", "bench"}
+_SUBMODULES = {"runtime", "claims", "facts", "validation", "output", "memory", "attention", "models", "engine",
+               "sim", "plots", "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 

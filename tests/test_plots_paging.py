@@ -2,7 +2,6 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest
 
 from pagedlib.plots import PoolFrame, animate_pool, animation_html, plot_block_table_arrows  # noqa: E402

@@ -2,7 +2,6 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest
 from pagedlib.plots.style import FIGURE_WIDTH  # noqa: E402
 

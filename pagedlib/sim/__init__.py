@@ -33,8 +33,6 @@ references (chapters 11 and 12).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..output import TableView
 from ..validation import positive_int
 from .buddy import BuddyAllocator, next_pow2
