@@ -29,10 +29,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import time
 import traceback
 from pathlib import Path
+
+from ..validation import cdiv
 
 RECORD = Path(__file__).resolve().parents[1] / "data" / "gpu_record.json"
 # the benchmarks as the chapters run them (pagedlib.bench.attention's options)
@@ -157,7 +158,7 @@ def decode_inputs(batch: int, context: int, block_size: int, num_heads: int, num
     ``layout``: "shuffled" pages over the pool, or "identity" (each sequence's pages in order)."""
     import torch
     gen = torch.Generator(device=device).manual_seed(seed)
-    pages = math.ceil(context / block_size)
+    pages = cdiv(context, block_size)
     num_blocks = batch * pages
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)
