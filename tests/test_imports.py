@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pagedlib"
 # part of pagedlib -> its layer; a part imports only its own layer's modules and the layers below.
 LAYERS = {
     "runtime": 0, "validation": 0, "lazy": 0, "output": 0,      # the foundation
+    "facts": 0,                                                  # sourced facts about the engines: data
     "memory": 1,
     "attention": 2,
     "models": 3,
