@@ -149,7 +149,7 @@ def applies(rule: Rule, versions: Versions) -> bool:
 def explain(rule: Rule, versions: Versions) -> str:
     """The message a learner reads: the versions, what goes wrong, and the fix."""
     mix = f"triton {versions.triton}" + (f" with numpy {versions.numpy}" if rule.numpy != (None, None)
-                                          else f" on a GPU of compute capability 7.5")
+                                          else " on a GPU of compute capability 7.5")
     return f"{mix}: {rule.problem}. Fix: `{rule.fix}`, {RESTART}."
 
 

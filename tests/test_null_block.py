@@ -5,7 +5,6 @@ The test failed on the old code: block 0 went to the first sequence, so a padded
 someone owned. Here block 0 holds NaN (as does every slot nobody owns): a kernel or reference that
 let a padded entry leak into a result would return NaN.
 """
-import pytest
 import torch
 
 import pagedlib

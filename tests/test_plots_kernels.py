@@ -6,7 +6,6 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest
 from figures import check_open_figures  # noqa: E402
 

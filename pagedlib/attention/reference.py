@@ -10,7 +10,6 @@ PyTorch backend (``pagedlib.attention.torch_backend``) are tested against it.
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from ..validation import cdiv
 from .checks import check_decode, check_prefill, check_scale

@@ -219,7 +219,7 @@ def split_partial_kernel(out, m_out, l_out, query, key_cache, value_cache, block
 
 def split_share(seq_len: int, num_splits: int, block_size: int = SPLIT_BLOCK) -> int:
     """Tokens per split: an equal share of ``seq_len``, rounded up to whole pages."""
-    return -(-(-(-seq_len // num_splits)) // block_size) * block_size
+    return -(-((seq_len + num_splits - 1) // num_splits) // block_size) * block_size
 
 
 def _launch_split_partial(kernel, query, key_cache, value_cache, block_table, seq_len, num_splits):

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from .. import runtime
 from ..attention.backend import DEFAULT_BACKEND, AttentionBackend, make_backends
 
 if TYPE_CHECKING:

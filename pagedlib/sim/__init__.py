@@ -71,8 +71,6 @@ engine's caps; by default neither binds.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..validation import positive_int
 from .buddy import BuddyAllocator, next_pow2
 from .counting_engine import CountingEngine
@@ -83,7 +81,7 @@ from .reservation import RESERVATION_POLICIES, ReservationPool, reservation_size
 from .result import SimResult
 from .timing import OPT13B_A100, StepTime
 from .workload import Workload
-from . import latency
+from . import latency as latency    # pagedlib.sim.latency, re-exported
 
 POLICIES = (*RESERVATION_POLICIES, "paged")
 

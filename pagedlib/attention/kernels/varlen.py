@@ -67,7 +67,7 @@ def varlen_programs(chunks: list[int], contexts: list[int], tile_q: int, num_spl
         cached = context - chunk
         end = min(cached + (local + 1) * tile_q, context)
         splits = num_splits if split_seq else 1
-        share = -(-(-(-end // splits)) // tile) * tile
+        share = -(-((end + splits - 1) // splits) // tile) * tile   # ceil(ceil(end / splits) / tile) tiles
         for split in range(num_splits):
             if local * tile_q >= chunk or (split > 0 and not split_seq):
                 programs.append(dict(tile=t, split=split, seq=seq, tokens=(0, 0), keys=(0, 0), kind="exits"))
