@@ -142,16 +142,26 @@ def find_chromium() -> str | None:
     return None
 
 
+def missing() -> str | None:
+    """Why the browser tests cannot run here (no Chromium: the line that installs it), or None."""
+    return None if find_chromium() else f"no Chromium found: `{INSTALL}` (Debian/Ubuntu) to run the browser tests"
+
+
+def required() -> bool:
+    """Whether a missing Chromium fails the browser tests instead of skipping them (CI)."""
+    return os.environ.get("PAGEDLIB_REQUIRE_BROWSER") == "1"
+
+
 @contextlib.contextmanager
 def open_browser():
     """A headless Chromium for one test module. Without one installed the tests are skipped with
     the line that installs it (failed instead where ``PAGEDLIB_REQUIRE_BROWSER=1``, as in CI)."""
-    binary = find_chromium()
-    if binary is None:
-        why = f"no Chromium found: `{INSTALL}` (Debian/Ubuntu) to run the browser tests"
-        if os.environ.get("PAGEDLIB_REQUIRE_BROWSER") == "1":
+    why = missing()
+    if why:
+        if required():
             pytest.fail(why)
         pytest.skip(why)
+    binary = find_chromium()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=binary, args=CHROMIUM_ARGS)
         try:

@@ -1,6 +1,17 @@
 """Shared test settings."""
+import browser
 import pytest
 import torch
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Without Chromium the browser tests are skipped (tests/browser.py): reported from one place,
+    so the summary says why, and how to install it, in one line instead of one per test."""
+    report = (yield).get_result()
+    why = browser.missing()
+    if why and report.skipped and isinstance(report.longrepr, tuple) and why in str(report.longrepr[2]):
+        report.longrepr = (browser.__file__, None, report.longrepr[2])
 
 
 @pytest.fixture(autouse=True)
