@@ -19,3 +19,32 @@ def test_in_ci_a_missing_chromium_fails(monkeypatch):
         with browser.open_browser():
             pytest.fail("a browser opened without Chromium")
 
+
+
+PAGE = """<!doctype html><html><body>
+<p id="shown">waiting</p>
+<img src="missing.png" alt="a picture that is not there">
+<script>
+console.error("boom");
+setTimeout(() => { const b = document.createElement("button"); b.id = "late"; b.textContent = "late";
+    b.style.width = "120px"; b.onclick = () => { document.querySelector("#shown").textContent = "clicked"; };
+    document.body.appendChild(b); }, 300);
+</script></body></html>"""
+
+
+@pytest.mark.slow
+def test_the_driver_sees_console_errors_failed_loads_and_waits_for_late_elements(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text(PAGE)
+    with browser.open_browser() as b:
+        b.viewport(400, 600, mobile=True)
+        b.open(page.as_uri())
+        b.click("#late")                          # not there yet: the locator waits for it
+        assert b.js("document.querySelector('#shown').textContent") == "clicked"
+        problems = b.problems()
+        assert any("boom" in p for p in problems), problems
+        assert any(p.startswith("failed load") and "missing.png" in p for p in problems), problems
+        assert b.requested_urls()[0] == page.as_uri()
+        b.screenshot(tmp_path / "button.png", selector="#late")
+        png = (tmp_path / "button.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and abs(int.from_bytes(png[16:20], "big") - 120) <= 1
