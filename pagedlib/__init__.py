@@ -9,6 +9,8 @@ module                          idea                                            
                                 and the torch / triton / numpy combinations
 ``claims``                      claims that say which setting changed when they     every
                                 fail
+``facts``                       facts about production engines, each written once   every
+                                with its source, version and date
 ``validation``                  what counts as an integer argument; ``cdiv``        -
 ``lazy``                        submodules loaded on first use                      -
 ``memory.capacity``             KV bytes per token, reserve-max vs paged plans,     1, 2, 4, 12
@@ -81,7 +83,7 @@ _EXPORTS = {
     # claims
     "claim": "claims",
 }
-_SUBMODULES = {"runtime", "claims", "validation", "memory", "attention", "models", "engine", "sim", "plots",
+_SUBMODULES = {"runtime", "claims", "facts", "validation", "memory", "attention", "models", "engine", "sim", "plots",
                "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]

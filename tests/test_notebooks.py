@@ -8,6 +8,8 @@ import nbformat
 import pytest
 import yaml
 
+from pagedlib import facts
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -122,7 +124,13 @@ def _prose_numbers_not_computed(nb) -> list[str]:
     for cell in nb.cells:
         if cell.cell_type != "markdown" or "exercise-help" in cell.metadata.get("tags", []):
             continue   # an exercise's help is generated from pagedlib.exercises, not prose
-        prose = re.sub(r"\[[^\]]*\]\([^)]*\)|\(https?://[^)]*\)|`[^`]*`|\$[^$]*\$", " ", cell.source)
+        # the "In production today" box and the facts stated in prose: facts about other engines,
+        # sourced and dated in pagedlib.facts
+        prose = re.sub(re.escape(facts.BOX_START) + ".*?" + re.escape(facts.BOX_END), " ", cell.source,
+                       flags=re.S)
+        for fact in facts.FACTS:
+            prose = re.sub(r"\s+".join(map(re.escape, fact.text.split())), " ", prose)
+        prose = re.sub(r"\[[^\]]*\]\([^)]*\)|\(https?://[^)]*\)|`[^`]*`|\$[^$]*\$", " ", prose)
         prose = re.sub(r"^#+ .*$", " ", prose, flags=re.M)
         prose = re.sub(r"<[^>]*>", " ", prose)     # an HTML tag's attributes are data (a stepper's scores)
         for m in _NUMBER.finditer(prose):

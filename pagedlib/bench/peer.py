@@ -16,6 +16,7 @@ chapter 10 prints the course's (``pagedlib/data/peer_cpu.json``, read by :func:`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -102,9 +103,11 @@ class HFEngine:
         self.model = hf_model
         self.generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
                                                   max_new_tokens=16)
-        self.cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, page_size=page_size,
-                                                  max_batch_tokens=max_batch_tokens,
-                                                  allow_block_sharing=prefix_sharing)
+        # transformers names the page size `page_size` (5.24) or `block_size` (5.17)
+        fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+        page_key = "page_size" if "page_size" in fields else "block_size"
+        self.cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
+                                                  allow_block_sharing=prefix_sharing, **{page_key: page_size})
         manager = self._manager()
         manager.warmup()
         self._keep(manager)
@@ -123,8 +126,9 @@ class HFEngine:
     def forget_prefixes(self, manager) -> None:
         """Drop the blocks an earlier run left cached for prefix sharing: each run starts cold."""
         processor = getattr(manager, "batch_processor", None)
-        if processor is not None:
-            processor.cache.evict_cached_blocks()     # back to the pool, their hashes forgotten
+        evict = getattr(getattr(processor, "cache", None), "evict_cached_blocks", None)
+        if evict is not None:           # transformers 5.24 (5.17 has no prefix sharing to forget)
+            evict()     # back to the pool, their hashes forgotten
 
     def run(self, prompts, budgets) -> Run:
         manager = self._manager()

@@ -132,7 +132,26 @@ predict_capacity = _capacity_at(_LENGTHS, 256, _POOL)
 
 
 # (answer, message) for the near misses; no digits of the answer in these messages
+def _whole_mixes(lengths: tuple, block_size: int, pool_slots: int) -> int:
+    """Whole copies of the mix that fit (a near miss: capacity counts fractional copies too)."""
+    return pool_slots // sum((n + block_size - 1) // block_size * block_size for n in lengths)
+
+
+_MIX = len(_LENGTHS)
 _PREDICT_MISTAKES = [
+    (_whole_mixes(_LENGTHS, 256, _POOL) * _MIX,
+     "That counts whole copies of the five-request mix only. Capacity counts requests at the mix's "
+     "average cost, fractional copies included: the pool's slots times five, divided by the slots "
+     "one copy of the mix holds, rounded down once at the end."),
+    (_whole_mixes(_LENGTHS, 256, _POOL),
+     "That is how many copies of the whole five-request mix fit; the question asks for requests, "
+     "and each copy holds five of them."),
+    (_whole_mixes(_LENGTHS, 16, _POOL) * _MIX,
+     "That counts whole copies of the mix, with the chapter's 16-token pages: use 256-token pages, "
+     "and count requests at the mix's average cost (fractional copies included)."),
+    (_whole_mixes(_LENGTHS, 16, _POOL),
+     "That is how many copies of the whole mix fit with 16-token pages; the question asks for "
+     "requests, with 256-token pages."),
     (_capacity_at(_LENGTHS, 16, _POOL),
      "that is the capacity with 16-token pages, the chapter's number; with 256-token pages each "
      "request's last page is rounded up much further: round each length up to a multiple of 256."),
@@ -148,7 +167,8 @@ _PREDICT_MISTAKES = [
 predict_capacity = Exercise(
     "ch04.predict_capacity",
     "Predict before the sweep: with 256-token pages instead of 16, how many requests of the five-request "
-    "mix fit the 40,960-slot pool?",
+    "mix fit the 40,960-slot pool? (Capacity counts requests in the mix's proportions at its average "
+    "cost: fractional copies of the mix count, as in the chapter's 78.)",
     predict_capacity,
     mistakes=_PREDICT_MISTAKES,
     hints=["Round each of the five lengths up to whole 256-token pages.",
@@ -180,6 +200,13 @@ capacity_at = Exercise(
            ((100, 100, 100), 64, 10_000), ((1, 2, 3), 8, 1000), ((33,), 16, 480)],
     diagnose=_diagnose_capacity,
     mistakes=[
+        (lambda lengths, p, pool: _whole_mixes(lengths, p, pool) * len(lengths),
+         "that counts whole copies of the mix only; capacity counts requests at the mix's average "
+         "cost, fractional copies included: multiply the pool by len(lengths) first, then divide "
+         "once, rounding down."),
+        (_whole_mixes,
+         "that is how many copies of the whole mix fit; the question asks for requests: each copy "
+         "holds len(lengths) of them."),
         (lambda lengths, p, pool: pool // (-(-max(lengths) // p) * p),
          "that sizes every request like the longest one, as reserve-max does; with pages each request "
          "holds only its own length rounded up, so divide by the mix's average, not its maximum."),

@@ -128,9 +128,9 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
 
     Every token a sequence writes is a new number stored at the slot its block table gives; the
     copies ``append`` returns are applied first. The outcome counts the live sequences that read back
-    exactly their own tokens, the blocks in use, the copies made, and whether every ref count equals
-    the number of tables holding the block, and whether a fork left two sequences sharing one list
-    object as their table (an alias).
+    exactly their own tokens, the blocks in use, the copies made, whether every ref count equals
+    the number of tables holding the block (at the end, and right after every fork), and whether a
+    fork left two sequences sharing one list object as their table (an alias).
     """
     pool = pool_class(num_blocks, block_size)
     kv: dict[int, list] = {}        # block -> the token stored in each of its slots
@@ -138,6 +138,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
     fresh = count(100)
     copies = 0
     aliased = False
+    fork_counted = True             # every fork left each ref count equal to the tables holding it
 
     def write(seq, position, token):
         block = pool.tables[seq][position // block_size]
@@ -154,6 +155,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
             parent, child = args
             pool.fork(parent, child)
             aliased = aliased or pool.tables.get(child) is pool.tables.get(parent)
+            fork_counted = fork_counted and _ref_counts_match(pool)
             written[child] = list(written[parent])
         elif op == "append":
             (seq,) = args
@@ -175,6 +177,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
         "blocks in use": sum(1 for r in pool.ref if r > 0),
         "copies": copies,
         "ref counts match tables": _ref_counts_match(pool),
+        "ref counts match after every fork": fork_counted,
         "aliased tables": aliased,
     }
 
@@ -206,9 +209,16 @@ ALIAS_MESSAGE = ("fork made the child's table the same list as the parent's "
                  "its own copy, `list(self.tables[parent])`.")
 
 
+FORK_REFS_MESSAGE = ("fork did not count the new references: after it, every block the child shares "
+                     "is held by one more table, so its ref count must go up by one. Without that, "
+                     "append sees a ref count of 1 and writes into a block the parent still reads.")
+
+
 def _diagnose_pool(got: dict, expected: dict) -> str:
     if got["aliased tables"]:
         return ALIAS_MESSAGE
+    if not got["ref counts match after every fork"]:
+        return FORK_REFS_MESSAGE
     if got["read back their own tokens"] != got["sequences"]:
         return ("a sequence no longer reads back its own tokens: a token was written into a block that "
                 "another sequence still uses (is a shared, partly filled block copied before the write, "

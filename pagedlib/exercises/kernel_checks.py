@@ -29,6 +29,7 @@ import contextlib
 import inspect
 import itertools
 import linecache
+import re
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -217,9 +218,17 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _advice(exc: BaseException) -> str:
-    """A hint for the errors a first kernel commonly raises, or ''."""
+def _advice(exc: BaseException, line: str | None = None) -> str:
+    """A hint for the errors a first kernel commonly raises (``line``: the kernel's line that
+    raised, as :func:`kernel_line` gives it), or ''."""
     text = str(exc)
+    code = line or ""
+    if re.search(r"\b(math|numpy|np)\.", code):
+        return (" Python's `math` (or NumPy) works on plain numbers, not on a kernel's values: "
+                "inside a kernel use Triton's own, `tl.exp`, `tl.log`, `tl.maximum`.")
+    if "out of bounds" in text and "axis" in text and ("tl.max(" in code or "tl.min(" in code):
+        return (" `tl.max(x, axis)` reduces ONE tensor along an axis: its second argument is the "
+                "axis. The larger of two values is `tl.maximum(a, b)`.")
     if isinstance(exc, TypeError) and "argument" in text:
         return " Keep the starter's signature: the checker passes exactly those arguments."
     if "power of 2" in text or "power of two" in text:
@@ -430,7 +439,8 @@ class KernelExercise(Exercise):
                     return NOT_ATTEMPTED, "the kernel still raises NotImplementedError: write its body."
                 line = kernel_line(exc, fn)
                 at = f" at {line}" if line else ""
-                return INCORRECT, f"{where}: the kernel raised {_one_line(cause)}{at}.{_advice(cause)}"
+                return INCORRECT, (f"{where}: the kernel raised {_one_line(cause)}{at}."
+                                   f"{_advice(cause, line)}")
             problem = compare_outputs(got, case.expected)
             if problem is None:
                 continue

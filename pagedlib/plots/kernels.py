@@ -11,6 +11,9 @@
 - :func:`varlen_launch`: chapter 9's one kernel for every step: one launch's programs over a mixed
   batch (packed tiles of tokens x GQA group, split-K for the decode rows, the programs that exit).
 - :func:`kernel_bandwidth`: the benchmark's achieved bandwidth against context length.
+- :func:`record_bandwidth`: the GPU record's decode bandwidth as a share of HBM peak, by batch.
+- :func:`record_splits`: the GPU record's split-K sweep: the best split count's speed-up over the
+  single pass, and the automatic choice's, by batch.
 
 ``GPU_SPECS`` holds the datasheet numbers the figures draw; :func:`attention_intensity` and
 :func:`ridge_point` are the two numbers of a roofline argument.
@@ -28,11 +31,12 @@ from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
 from ..attention.kernels.launch import SM_LIMITS, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
-from .style import COLORS, FIGURE_WIDTH, wrap
+from .style import COLORS, FIGURE_WIDTH, SMALLEST_FONT, wrap
 
 __all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "block_size_kernel_side", "tile_footprint",
            "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy", "decode_kernel_map",
-           "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv"]
+           "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv",
+           "record_bandwidth", "record_splits"]
 
 
 def _spec(sms: int, dram_gb: int, l2_mb: int, peaks: str, capability: int) -> dict[str, float]:
@@ -448,6 +452,60 @@ def kernel_bandwidth(rows: list[dict], peak_gbs: float | None = None, gpu: str |
                  + f"\n(block size {int(block_size)})")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=10,
                frameon=False)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def record_bandwidth(record: dict, group: int = 4, key: str = "paged_frac_peak"):
+    """The GPU record's decode bandwidth as a share of the GPU's HBM peak against batch size, one line
+    per context length, for one GQA ``group`` (query heads per K/V head); ``key`` "varlen_frac_peak"
+    draws the engine's kernel instead. The dotted line is the 70% goal."""
+    rows = [r for r in record["bandwidth"]["rows"] if r["group"] == group]
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.8), layout="constrained")
+    markers = "os^D"
+    for colour, marker, context in zip(_BATCH_COLOURS * 2, markers * 2, sorted({r["context"] for r in rows})):
+        mine = sorted((r for r in rows if r["context"] == context), key=lambda r: r["batch"])
+        ax.plot([r["batch"] for r in mine], [100 * r[key] for r in mine], marker + "-", color=colour,
+                label=f"{context // 1024}K tokens")
+    ax.axhline(70, color=COLORS["external"], ls=":", lw=1)
+    ax.text(1, 71, "70% goal", color=COLORS["external"], fontsize=SMALLEST_FONT)
+    batches = sorted({r["batch"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.minorticks_off()
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("batch (sequences decoding)")
+    ax.set_ylabel("% of HBM peak")
+    ax.set_title(wrap(f"Decode bandwidth on {record['gpu']}, GQA group {group}", FIGURE_WIDTH, 12))
+    ax.legend(title="context", loc="lower right")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def record_splits(record: dict, context: int = 16384, entry: str = "paged_attention"):
+    """The GPU record's split-K sweep at one context length: the best split count's speed-up over the
+    single pass (what splitting can give) and the automatic choice's (what the rule took), by batch."""
+    rows = sorted((r for r in record["splits"]["rows"] if r["context"] == context and r["entry"] == entry),
+                  key=lambda r: r["batch"])
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.8), layout="constrained")
+    batches = [r["batch"] for r in rows]
+    ax.plot(batches, [r["best_vs_single"] for r in rows], "o-", color=COLORS["kv"], label="best split count")
+    ax.plot(batches, [r["auto_vs_single"] for r in rows], "s--", color=COLORS["tail"], label="automatic choice")
+    ax.axhline(1, color=COLORS["external"], lw=1)
+    sms = record.get("sms")
+    if sms:
+        full = sms / rows[0]["kv_heads"] if rows else None     # batch at which the single pass fills the SMs
+        ax.axvline(full, color=COLORS["external"], ls=":", lw=1)
+        ax.text(full, ax.get_ylim()[1] * 0.95, " one program per SM", fontsize=SMALLEST_FONT,
+                color=COLORS["external"], va="top")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches], fontsize=SMALLEST_FONT)
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("batch (sequences decoding)")
+    ax.set_ylabel("speed-up over one split")
+    ax.set_title(wrap(f"Split-K on {record['gpu']}, {context // 1024}K tokens", FIGURE_WIDTH, 12))
+    ax.legend(loc="upper right")
     ax.grid(alpha=0.3)
     return fig
 
