@@ -565,7 +565,7 @@ def _cells_that_read_an_answer():
                 continue
             for m in re.finditer(r"from pagedlib\.exercises import (ch\d\d) as ex", cell.source):
                 module = m.group(1)
-            for var, cell_index in checked.items():
+            for var in checked:
                 if re.search(rf"(?<![.\w]){var}\b", cell.source) and f".check({var})" not in cell.source:
                     found.append((path, module, var, i, list(imports)))
             for m in re.finditer(r"ex\.\w+\.check\((\w+)\)", cell.source):
