@@ -1,6 +1,5 @@
 """The exercise contract, for every registered exercise of every chapter."""
 import re
-import time
 
 import pytest
 import torch
@@ -203,14 +202,13 @@ def _forever_and_careless(x):
             continue
 
 
+@pytest.mark.timeout(120)    # a check that never returned would hang the session: fail it instead
 @pytest.mark.parametrize("loop", [_forever, _forever_and_careless], ids=["plain", "catches-everything"])
 def test_a_looping_function_times_out_as_incorrect(loop):
     ex = Exercise(f"test.{loop.__name__}", "square", lambda x: x * x, cases=[(2,)], wrong=[lambda x: x],
                   timeout=0.2)
-    start = time.perf_counter()
     result = ex.check(loop)
     assert result.state == INCORRECT and "more than" in result.message
-    assert time.perf_counter() - start < 5
 
 
 def html_unescape(text: str) -> str:
@@ -567,7 +565,7 @@ def _cells_that_read_an_answer():
                 continue
             for m in re.finditer(r"from pagedlib\.exercises import (ch\d\d) as ex", cell.source):
                 module = m.group(1)
-            for var, cell_index in checked.items():
+            for var in checked:
                 if re.search(rf"(?<![.\w]){var}\b", cell.source) and f".check({var})" not in cell.source:
                     found.append((path, module, var, i, list(imports)))
             for m in re.finditer(r"ex\.\w+\.check\((\w+)\)", cell.source):

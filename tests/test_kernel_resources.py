@@ -185,7 +185,6 @@ def test_the_command_line_prints_the_table_and_judges_it(capsys, monkeypatch, re
 
 
 def test_without_resources_or_a_gpu_the_command_says_what_to_run(capsys):
-    import pagedlib
     if pagedlib.runtime.DEVICE.type == "cuda":
         pytest.skip("on a GPU the command times the neighbouring configurations")
     assert bench.main([]) == 0

@@ -145,7 +145,7 @@ def test_beam_tree_edges_never_cross():
     top = plots.plot_beam_tree(parents, bm, beams, prompt_len=6).axes[0]
     edges = [ln.get_xydata() for ln in top.lines if ln.get_linestyle() == "-"]
     by_step: dict[float, list] = {}
-    for (x0, y0), (x1, y1) in edges:
+    for (_, y0), (x1, y1) in edges:
         by_step.setdefault(x1, []).append((y0, y1))
     assert len(by_step) == len(parents)
     for pairs in by_step.values():

@@ -25,6 +25,7 @@ import argparse
 import csv
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -137,9 +138,9 @@ def run_gpu(args: argparse.Namespace) -> list[dict]:
                                            num_sms(paged_args[0].device))
                 out = paged_attention(*paged_args)                          # checked once, with validation
                 err = (out.float() - sdpa_decode(paged_args[0], keys, values).float()).abs().max().item()
-                paged_ms = triton.testing.do_bench(lambda: paged_attention(*paged_args, validate=False))
-                sdpa_ms = triton.testing.do_bench(lambda: sdpa_decode(paged_args[0], keys, values))
-                ref_ms = (triton.testing.do_bench(lambda: paged_attention_ref(*paged_args), rep=50)
+                paged_ms = triton.testing.do_bench(partial(paged_attention, *paged_args, validate=False))
+                sdpa_ms = triton.testing.do_bench(partial(sdpa_decode, paged_args[0], keys, values))
+                ref_ms = (triton.testing.do_bench(partial(paged_attention_ref, *paged_args), rep=50)
                           if batch * context <= args.ref_max_tokens else float("nan"))
                 nbytes = decode_bytes(batch, context, num_heads, num_kv_heads, args.head_dim, dtype.itemsize)
                 paged_gbs, sdpa_gbs = nbytes / paged_ms / 1e6, nbytes / sdpa_ms / 1e6
@@ -277,8 +278,8 @@ def run_varlen(args: argparse.Namespace, timer=None) -> list[dict]:
             err = (one.float() - separate_kernels(x).float()).abs().max().item()
             if err > 2e-2:
                 raise AssertionError(f"paged_attention_varlen differs from the separate kernels by {err:.2e}")
-            one_ms = timer(lambda: paged_attention_varlen(*x["args"], validate=False))
-            sep_ms = timer(lambda: separate_kernels(x))
+            one_ms = timer(partial(paged_attention_varlen, *x["args"], validate=False))
+            sep_ms = timer(partial(separate_kernels, x))
             rows.append(dict(what="one kernel vs separate", decode_rows=num_decode, chunks=num_chunks,
                              chunk=x["max_query_len"], context=context, block_size=args.block_size[0],
                              layout="shuffled", us=one_ms * 1e3, vs=sep_ms / one_ms))
@@ -288,7 +289,7 @@ def run_varlen(args: argparse.Namespace, timer=None) -> list[dict]:
         for layout in ("identity", "shuffled", "one_page"):
             for block_size in (args.block_size if layout != "one_page" else [context]):
                 x = mixed_inputs(batch, 0, 1, context, block_size, *shape, layout=layout)
-                times[layout, block_size] = timer(lambda: paged_attention_varlen(*x["args"], validate=False))
+                times[layout, block_size] = timer(partial(paged_attention_varlen, *x["args"], validate=False))
         base = times["one_page", context]
         for (layout, block_size), ms in times.items():
             rows.append(dict(what="price of paging", decode_rows=batch, chunks=0, chunk=0, context=context,

@@ -31,6 +31,7 @@ import datetime
 import json
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 from ..validation import cdiv
@@ -210,12 +211,12 @@ def correctness(cfg: dict, budget: Budget, log) -> dict:
             query = torch.randn(int(starts[-1]), heads, head_dim, device=runtime.DEVICE).to(dtype)
             pargs = (query, *args[1:], starts)
             pref = paged_prefill_ref(*[t.float() if t.is_floating_point() else t for t in pargs])
-            cases = [("decode auto", lambda: paged_attention(*args), ref),
-                     ("decode 1 split", lambda: paged_attention(*args, num_splits=1), ref),
-                     ("decode 4 splits", lambda: paged_attention(*args, num_splits=4), ref),
-                     ("prefill", lambda: paged_prefill(*pargs), pref),
-                     ("varlen auto", lambda: paged_attention_varlen(*pargs), pref),
-                     ("varlen 4 splits", lambda: paged_attention_varlen(*pargs, num_splits=4), pref)]
+            cases = [("decode auto", partial(paged_attention, *args), ref),
+                     ("decode 1 split", partial(paged_attention, *args, num_splits=1), ref),
+                     ("decode 4 splits", partial(paged_attention, *args, num_splits=4), ref),
+                     ("prefill", partial(paged_prefill, *pargs), pref),
+                     ("varlen auto", partial(paged_attention_varlen, *pargs), pref),
+                     ("varlen 4 splits", partial(paged_attention_varlen, *pargs, num_splits=4), pref)]
             for name, run, want in cases:
                 try:
                     out = run().float()
@@ -247,26 +248,26 @@ def _decode_row(batch, context, block_size, heads, kv_heads, head_dim, dtype, ti
     x = decode_inputs(batch, context, block_size, heads, kv_heads, head_dim, dtype, device)
     out = paged_attention(*x["paged"])
     nbytes = decode_bytes(batch, context, heads, kv_heads, head_dim, dtype.itemsize)
-    paged_ms = timer(lambda: paged_attention(*x["paged"], validate=False))
+    paged_ms = timer(partial(paged_attention, *x["paged"], validate=False))
     row = dict(batch=batch, context=context, block_size=block_size, heads=heads, kv_heads=kv_heads,
                group=heads // kv_heads, num_splits=chosen_splits(x["paged"]), paged_us=paged_ms * 1e3,
                paged_gbs=nbytes / paged_ms / 1e6)
     row["paged_frac_peak"] = row["paged_gbs"] / peak if peak else float("nan")
     row["in_l2"] = bool(l2_bytes and nbytes < 2 * l2_bytes)
     if call_timer is not None:
-        row["paged_call_us"] = call_timer(lambda: paged_attention(*x["paged"], validate=False)) * 1e3
+        row["paged_call_us"] = call_timer(partial(paged_attention, *x["paged"], validate=False)) * 1e3
     if varlen:
-        ms = timer(lambda: paged_attention_varlen(*x["varlen"], validate=False))
+        ms = timer(partial(paged_attention_varlen, *x["varlen"], validate=False))
         row.update(varlen_us=ms * 1e3, varlen_gbs=nbytes / ms / 1e6,
                    varlen_frac_peak=nbytes / ms / 1e6 / peak if peak else float("nan"))
     if sdpa:
         keys, values = x["contiguous"]()
         err = (out.float() - sdpa_decode(x["paged"][0], keys, values).float()).abs().max().item()
-        ms = timer(lambda: sdpa_decode(x["paged"][0], keys, values))
+        ms = timer(partial(sdpa_decode, x["paged"][0], keys, values))
         row.update(sdpa_us=ms * 1e3, sdpa_gbs=nbytes / ms / 1e6, paged_vs_sdpa=ms / paged_ms, max_err=err)
         del keys, values
     if ref:
-        ms = (call_timer or timer)(lambda: paged_attention_ref(*x["paged"]))
+        ms = (call_timer or timer)(partial(paged_attention_ref, *x["paged"]))
         row.update(ref_us=ms * 1e3, paged_vs_ref=ms / paged_ms)
     else:
         row.update(ref_us=float("nan"), paged_vs_ref=float("nan"))
@@ -334,8 +335,8 @@ def splits(cfg: dict, budget: Budget, log, timer, device) -> dict:
             x = decode_inputs(batch, context, 16, cfg["heads"], cfg["kv_heads"], cfg["head_dim"], dtype, device)
             for entry, fn, args in (("paged_attention", paged_attention, x["paged"]),
                                     ("paged_attention_varlen", paged_attention_varlen, x["varlen"])):
-                times = {k: timer(lambda k=k: fn(*args, num_splits=k, validate=False)) for k in cfg["splits"]}
-                auto = timer(lambda: fn(*args, validate=False))
+                times = {k: timer(partial(fn, *args, num_splits=k, validate=False)) for k in cfg["splits"]}
+                auto = timer(partial(fn, *args, validate=False))
                 best = min(times, key=times.get)
                 rows.append(dict(entry=entry, batch=batch, context=context, kv_heads=cfg["kv_heads"],
                                  programs=batch * cfg["kv_heads"], chosen=chosen_splits(x["paged"])
@@ -385,11 +386,11 @@ def paging(cfg: dict, budget: Budget, log, timer, device) -> dict:
             for layout in ("identity", "shuffled"):
                 x = decode_inputs(batch, context, 16, cfg["heads"], cfg["kv_heads"], cfg["head_dim"], dtype,
                                   device, layout=layout)
-                t["paged", layout] = timer(lambda: paged_attention(*x["paged"], validate=False))
-                t["varlen", layout] = timer(lambda: paged_attention_varlen(*x["varlen"], validate=False))
+                t["paged", layout] = timer(partial(paged_attention, *x["paged"], validate=False))
+                t["varlen", layout] = timer(partial(paged_attention_varlen, *x["varlen"], validate=False))
                 if layout == "identity":
                     keys, values = x["contiguous"]()
-                    t["sdpa"] = timer(lambda: sdpa_decode(x["paged"][0], keys, values))
+                    t["sdpa"] = timer(partial(sdpa_decode, x["paged"][0], keys, values))
                     del keys, values
                 del x
             rows.append(dict(batch=batch, context=context,
@@ -496,7 +497,7 @@ def engine(cfg: dict, budget: Budget, log, device) -> dict:
     for name, f in fidelity.items():
         log(f"engine: {name}: {f['argmax']}/{f['tokens']} tokens the fp32 argmax, {f['far']} more than "
             f"{cfg['near_tie']} below it (worst {f['worst_gap']:.3f}); first tokens {f['first_argmax']}/{len(prompts)}")
-    del hf, model
+    hf = model = None                 # free them (a del would unbind the names ours() reads)
     return result
 
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import types
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -313,8 +314,8 @@ def time_neighbours(args: argparse.Namespace) -> list[dict]:
         try:
             got = paged_attention(*paged_args, num_splits=1, config=cfg)
             err = (got.float() - want.float()).abs().max().item()
-            ms = triton.testing.do_bench(lambda: paged_attention(*paged_args, num_splits=1, validate=False,
-                                                                 config=cfg))
+            ms = triton.testing.do_bench(partial(paged_attention, *paged_args, num_splits=1, validate=False,
+                                                 config=cfg))
             rows.append(dict(name=name, tile=cfg.tile, warps=cfg.num_warps, stages=cfg.num_stages,
                              us=ms * 1e3, gbs=nbytes / ms / 1e6, max_err=err))
         except (OutOfResources, CompilationError) as e:                # a neighbour that does not fit

@@ -13,6 +13,7 @@ import triton.language as tl
 from .. import runtime
 from ..attention.inputs import random_paged_inputs
 from ..attention.reference import gather_kv
+from ..validation import cdiv
 from ..attention.triton_backend import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
 from . import AtLeast, Exercise
 from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
@@ -219,7 +220,7 @@ def split_partial_kernel(out, m_out, l_out, query, key_cache, value_cache, block
 
 def split_share(seq_len: int, num_splits: int, block_size: int = SPLIT_BLOCK) -> int:
     """Tokens per split: an equal share of ``seq_len``, rounded up to whole pages."""
-    return -(-(-(-seq_len // num_splits)) // block_size) * block_size
+    return cdiv(cdiv(seq_len, num_splits), block_size) * block_size
 
 
 def _launch_split_partial(kernel, query, key_cache, value_cache, block_table, seq_len, num_splits):

@@ -44,7 +44,7 @@ from .reservation import RESERVATION_POLICIES, ReservationPool, reservation_size
 from .result import SimResult
 from .timing import OPT13B_A100, StepTime
 from .workload import Workload
-from . import latency
+from . import latency as latency    # pagedlib.sim.latency, re-exported
 
 POLICIES = (*RESERVATION_POLICIES, "paged")
 

@@ -33,6 +33,7 @@ import math
 import triton
 import triton.language as tl
 
+from ...validation import cdiv
 from .decode import attend_tiles, normalise
 
 LOG2E = 1.4426950408889634     # log2(e): exp(x) = exp2(x * LOG2E)
@@ -67,7 +68,7 @@ def varlen_programs(chunks: list[int], contexts: list[int], tile_q: int, num_spl
         cached = context - chunk
         end = min(cached + (local + 1) * tile_q, context)
         splits = num_splits if split_seq else 1
-        share = -(-(-(-end // splits)) // tile) * tile
+        share = cdiv(cdiv(end, splits), tile) * tile
         for split in range(num_splits):
             if local * tile_q >= chunk or (split > 0 and not split_seq):
                 programs.append(dict(tile=t, split=split, seq=seq, tokens=(0, 0), keys=(0, 0), kind="exits"))
