@@ -25,7 +25,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
-from ..attention.kernels.launch import SM_LIMITS, kv_tile
+from ..attention.kernels.launch import SM_LIMITS, VARLEN_SPLIT_Q, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
 from .style import COLORS, FIGURE_WIDTH, wrap
@@ -351,17 +351,17 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
 
 
 def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits: int, tile: int,
-                  tile_m: int = 16, split_q: int = 4):
+                  tile_m: int = 16, split_q: int = VARLEN_SPLIT_Q):
     """Chapter 9: one launch of ``paged_attention_varlen`` over a mixed batch, for one KV head.
 
-    One row per program of the grid (``total_q // tile_q + num_seqs`` tiles x ``num_splits``, an
-    upper bound from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
+    One row per program of the grid (``launch.varlen_grid``: the tiles, then splits 1 and up of each
+    sequence; from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
     key position), coloured by sequence; its label says which new tokens it owns (``tile_q =
     tile_m // group`` tokens x the group's heads make its ``tile_m`` rows) and, for a split
     sequence's programs, which split. Programs that exit at once are grey rows marked "exits".
     """
     tile_q = tile_m // group
-    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, split_q)
+    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, min(split_q, tile_q))
     palette = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
                COLORS["padding"]]
     longest = max(contexts)
