@@ -177,3 +177,29 @@ def test_split_ranges_share_the_tiles_evenly_and_cover_the_sequence(seq_len, num
 def test_chapter_9s_reference_solution_is_the_librarys_rule(programs, key_tiles, sms):
     from pagedlib.exercises import ch09
     assert ch09.num_splits.reference(programs, key_tiles, sms) == launch.choose_num_splits(programs, key_tiles, sms)
+
+
+# ---- NaN guards: a sequence with no token ---------------------------------------------------------
+def test_split_k_gives_an_empty_sequence_zeros_like_the_single_pass():
+    from pagedlib.attention.inputs import random_paged_inputs
+    x = random_paged_inputs([0, 40, 0], num_heads=4, num_kv_heads=2, head_dim=32, block_size=16, seed=1)
+    args = x.args()
+    one = triton_backend.paged_attention(*args, num_splits=1, validate=False)
+    split = triton_backend.paged_attention(*args, num_splits=3, validate=False)
+    assert torch.isfinite(split).all(), "the merge of a sequence with no token gave NaN"
+    assert (split[0] == 0).all() and (split[2] == 0).all() and (one[0] == 0).all()
+    torch.testing.assert_close(split, one)
+
+
+def test_the_merge_checker_tries_two_empty_ranges():
+    # the solution the old hints gave: right on every case but (empty, empty), where it gives NaN
+    from pagedlib.exercises import ch09
+
+    def unguarded(o1, lse1, o2, lse2):
+        lse = torch.logaddexp(lse1, lse2)
+        return torch.exp(lse1 - lse) * o1 + torch.exp(lse2 - lse) * o2, lse
+    result = ch09.merge_partials.check(unguarded)
+    assert not result.correct and "two empty ranges" in result.message
+    empty = (torch.zeros(4), torch.tensor(float("-inf")))
+    out, lse = ch09.merge_partials.reference(*empty, *empty)
+    assert (out == 0).all() and lse == float("-inf")

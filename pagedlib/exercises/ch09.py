@@ -42,6 +42,12 @@ def _merge_cases() -> list[tuple]:
             (o(), torch.tensor(1000.0), o(), torch.tensor(999.0))]                      # huge scores
 
 
+def _finite(lse: torch.Tensor) -> torch.Tensor:
+    """``lse``, with -inf (two empty ranges) replaced by 0: what the mistakes below subtract, so that
+    an answer that gives NaN there meets the diagnosis that says so, not another mistake's message."""
+    return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+
+
 def _diagnose_merge(answer, expected, args) -> str | None:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         return "Return two things: the merged output and the merged log-sum-exp."
@@ -86,8 +92,8 @@ merge_partials = Exercise(
         (lambda o1, l1, o2, l2: (o1 + o2, torch.logaddexp(l1, l2)),
          "The output adds the two normalised outputs: each is already divided by its own range's sum, "
          "so weigh each by its share exp(lse_r - lse) before adding."),
-        (lambda o1, l1, o2, l2: (torch.exp(l1 - torch.maximum(l1, l2)) * o1
-                                 + torch.exp(l2 - torch.maximum(l1, l2)) * o2, torch.maximum(l1, l2)),
+        (lambda o1, l1, o2, l2: (torch.exp(l1 - _finite(torch.maximum(l1, l2))) * o1
+                                 + torch.exp(l2 - _finite(torch.maximum(l1, l2))) * o2, torch.maximum(l1, l2)),
          "Subtracting the larger lse avoids overflow, but the merged lse is not the larger one: it is "
          "log(exp(lse1) + exp(lse2)) (`torch.logaddexp`), and the weights are exp(lse_r - merged lse)."),
     ],

@@ -174,6 +174,7 @@ def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
 
 
 VARLEN_FP32_WIDE_WARPS = 4   # the varlen kernel's warps for fp32 at head_dim 256 (see varlen_meta)
+VARLEN_FP32_128_WARPS = 8    # ... and at head_dim 128
 VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens (and one tile)
 
 
@@ -188,6 +189,11 @@ def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
         # registers with no spill. A tile of more rows (a group past 16) keeps decode's 8 warps: with
         # 4, group 32 spilled 1,144 bytes per thread on sm_90
         meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
+    elif cfg.dot_precision == "ieee" and cfg.head_dim_pad == 128 and cfg.group_pad == MIN_DOT_ROWS:
+        # fp32 at head_dim 128: with 4 warps the varlen kernel (its split programs after the tiles)
+        # sat at 72 registers and spilled 8 bytes per thread on sm_75 (group 4 or 8, ``bench kernels
+        # --resources``); 8 warps hold the [16, 128] fp32 tile in about 64 registers, no spill
+        meta["num_warps"] = VARLEN_FP32_128_WARPS
     return meta
 
 

@@ -21,11 +21,12 @@ from .decode import attend_tiles, load_group_queries, normalise
 
 def split_bounds(key_tiles: int, num_splits: int) -> list[int]:
     """Where the splits of ``key_tiles`` tiles begin, in tiles, and where the last ends: split ``s``
-    holds tiles ``bounds[s] .. bounds[s + 1] - 1``, with ``bounds[s] = cdiv(s * key_tiles, num_splits)``.
-    Balanced: every split holds ``key_tiles // num_splits`` tiles or one more, so none is empty
-    while there are at least as many tiles as splits (with fewer, the last splits are the empty ones). The kernels compute the same line, and
+    holds tiles ``bounds[s] .. bounds[s + 1] - 1``. Balanced: every split holds ``key_tiles //
+    num_splits`` tiles, the first ``key_tiles % num_splits`` one more, so none is empty while there
+    are at least as many tiles as splits (with fewer, the last splits are the empty ones). The kernels compute the same line, and
     ``launch.choose_num_splits`` counts on it (a split holds at least ``key_tiles // num_splits``)."""
-    return [-(-s * key_tiles // num_splits) for s in range(num_splits + 1)]
+    fewest, more = divmod(key_tiles, num_splits)
+    return [s * fewest + min(s, more) for s in range(num_splits + 1)]
 
 
 def split_ranges(seq_len: int, num_splits: int, tile: int) -> list[tuple[int, int]]:
@@ -58,8 +59,10 @@ def split_kernel(partial_out, partial_lse, query, key_cache, value_cache, block_
 
     # this split's token range: the sequence's tiles shared out evenly (split_ranges, on the host)
     tiles = tl.cdiv(seq_len, TILE)
-    start = tl.cdiv(split * tiles, num_splits) * TILE
-    end = tl.minimum(tl.cdiv((split + 1) * tiles, num_splits) * TILE, seq_len)   # start == end: an empty split
+    fewest = tiles // num_splits                                   # each split's tiles; the first
+    more = tiles - fewest * num_splits                             # `more` splits hold one more
+    start = (split * fewest + tl.minimum(split, more)) * TILE
+    end = tl.minimum(start + (fewest + (split < more).to(tl.int32)) * TILE, seq_len)   # start == end: empty
 
     q, heads, _ = load_group_queries(query, seq, kv_head, stride_qs, stride_qh,
                                      GROUP, GROUP_PAD, HEAD_DIM, HEAD_DIM_PAD)

@@ -90,7 +90,7 @@ def find_sequence(query_start_loc, tile, num_seqs, TILE_Q: tl.constexpr):
     hi = num_seqs
     while lo < hi:                                                 # binary search over the tile starts
         mid = (lo + hi) // 2
-        first_tile = (tl.load(query_start_loc + mid) + (TILE_Q - 1) * mid) // TILE_Q
+        first_tile = (tl.load(query_start_loc + mid).to(tl.int64) + (TILE_Q - 1) * mid) // TILE_Q
         if first_tile <= tile:
             lo = mid + 1
         else:
@@ -125,7 +125,8 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
     seq = tl.where(in_tiles, find_sequence(query_start_loc, pid, num_seqs, TILE_Q), extra % num_seqs)
     split = tl.where(in_tiles, 0, 1 + extra // num_seqs)
     first_row = tl.load(query_start_loc + seq)
-    local_tile = tl.where(in_tiles, pid - (first_row + (TILE_Q - 1) * seq) // TILE_Q, 0)   # tile in the sequence
+    first_tile = ((first_row.to(tl.int64) + (TILE_Q - 1) * seq) // TILE_Q).to(tl.int32)
+    local_tile = tl.where(in_tiles, pid - first_tile, 0)           # tile number inside the sequence
     chunk_len = tl.load(query_start_loc + seq + 1) - first_row     # this sequence's new tokens
     split_seq = (chunk_len <= SPLIT_Q) & (num_splits > 1)          # few rows: split the keys
     if (local_tile * TILE_Q >= chunk_len) | ((split > 0) & (chunk_len > SPLIT_Q)):
@@ -149,8 +150,11 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
     end = tl.minimum(cached + (local_tile + 1) * TILE_Q, seq_len)
     splits = tl.where(split_seq, num_splits, 1)
     key_tiles = tl.cdiv(end, TILE)
-    start = tl.minimum(tl.cdiv(split * key_tiles, splits) * TILE, end)
-    stop = tl.minimum(tl.cdiv((split + 1) * key_tiles, splits) * TILE, end)   # start == stop: an empty split
+    fewest = key_tiles // splits                                   # each split's tiles; the first
+    more = key_tiles - fewest * splits                             # `more` splits hold one more
+    start = tl.minimum((split * fewest + tl.minimum(split, more)) * TILE, end)
+    stop = tl.minimum(start + (fewest + (split < more).to(tl.int32)) * TILE, end)   # start == stop: empty
+    split_col = tl.where(split_seq, split, -1)                     # the partials' column; -1: one pass
 
     acc, m_i, l_i = attend_tiles(q, q_pos, start, stop, block_tables + seq.to(tl.int64) * stride_bt,
                                  key_cache, value_cache, stride_kb, stride_kt, stride_vb, stride_vt,
@@ -160,14 +164,14 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
 
     # one pass: straight to the output (the scalar choice as a [TILE_M] tensor: the interpreter
     # mishandles a scalar `&` a tensor)
-    one_pass = (rows * 0 + splits) == 1                            # [TILE_M]
+    one_pass = (rows * 0 + split_col) < 0                          # [TILE_M]
     tl.store(out + token_row[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
              result.to(out.dtype.element_ty), mask=q_mask & one_pass[:, None])
     # split: the range's output and base-2 log-sum-exp, for the merge
     has_keys = l_i > 0
     lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
     num_heads = tl.num_programs(1) * GROUP
-    part = ((seq.to(tl.int64) * SPLIT_Q + tok) * num_heads + heads) * num_splits + split   # [TILE_M]
+    part = ((seq.to(tl.int64) * SPLIT_Q + tok) * num_heads + heads) * num_splits + split_col   # [TILE_M]
     part_ok = row_ok & (one_pass == 0)
     tl.store(partial_out + part[:, None] * HEAD_DIM + offs_d[None, :], result,
              mask=part_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
