@@ -153,6 +153,16 @@ def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
                 assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
 
 
+def test_split_waves_draws_each_split_counts_waves_and_marks_the_choice():
+    from pagedlib.attention.kernels.launch import choose_num_splits
+    fig = kernels.split_waves(8, 512, 132, [1, 14, 17], gpu="an H100")
+    ax = fig.axes[0]
+    # one empty box and one filled bar per wave: 1 + 1 + 2 waves
+    assert len(ax.patches) == 2 * (1 + 1 + 2)
+    assert [t.get_text() for t in ax.texts] == ["6%", "85%\nchosen", "52%"]
+    assert choose_num_splits(8, 512, 132) == 14
+
+
 def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
     chunks, contexts = [1, 6, 1, 1], [300, 70, 40, 520]
     fig = kernels.varlen_launch(chunks, contexts, group=4, num_splits=3, tile=64)
@@ -160,5 +170,5 @@ def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
     reading = [p for p in programs if p["kind"] != "exits" and p["keys"][1] > p["keys"][0]]
     ax = fig.axes[0]
     assert len(ax.patches) == len(reading) == 9          # 3 + 3 splits, 2 chunk tiles, 1 short decode
-    assert sum("exits at once" in t.get_text() for t in ax.texts) == 7   # 2 x 2 unused splits, 3 past the end
+    assert sum("exits at once" in t.get_text() for t in ax.texts) == 2   # the chunk's 2 extra splits; no spare tile
     assert sorted(round(b.get_width()) for b in ax.patches) == sorted(p["keys"][1] - p["keys"][0] for p in reading)
