@@ -155,12 +155,14 @@ def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
 
 def test_split_waves_draws_each_split_counts_waves_and_marks_the_choice():
     from pagedlib.attention.kernels.launch import choose_num_splits
-    fig = kernels.split_waves(8, 512, 132, [1, 14, 17], gpu="an H100")
+    fig = kernels.split_waves(8, 512, 132, [1, 14, 17], per_sm=1, gpu="an H100")
     ax = fig.axes[0]
     # one empty box and one filled bar per wave: 1 + 1 + 2 waves
     assert len(ax.patches) == 2 * (1 + 1 + 2)
     assert [t.get_text() for t in ax.texts] == ["6%", "85%\nchosen", "52%"]
     assert choose_num_splits(8, 512, 132) == 14
+    fig = kernels.split_waves(8, 512, 132, [16, 28], per_sm=4)             # waves of 528
+    assert [t.get_text() for t in fig.axes[0].texts] == ["24%", "42%\nchosen"]
 
 
 def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():

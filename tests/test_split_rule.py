@@ -19,58 +19,70 @@ from pagedlib.attention.kernels.varlen import varlen_programs
 H100_SMS = 132
 sms_st = st.sampled_from([1, 8, 40, 46, 58, 78, 80, 108, 132, 144])   # T4 40, A100 108, H100 132 ...
 programs_st = st.integers(1, 400)
+per_sm_st = st.sampled_from([1, 2, 3, 4, 8])
 tiles_st = st.integers(1, 4096)
 
 
-@given(programs_st, tiles_st, sms_st)
-def test_no_split_once_the_single_pass_fills_four_fifths_of_a_wave(programs, key_tiles, sms):
-    s = launch.choose_num_splits(programs, key_tiles, sms)
-    if programs >= launch.FULL_WAVE * sms:
+@given(programs_st, tiles_st, sms_st, per_sm_st)
+def test_no_split_once_the_single_pass_fills_four_fifths_of_a_wave(programs, key_tiles, sms, per_sm):
+    s = launch.choose_num_splits(programs, key_tiles, sms, per_sm)
+    if programs >= launch.FULL_WAVE * sms * per_sm:
         assert s == 1
-    assert 1 <= s <= min(launch.MAX_SPLITS, max(1, sms))
+    assert 1 <= s <= min(launch.MAX_SPLITS, sms * per_sm)
 
 
-@given(programs_st, tiles_st, sms_st)
-def test_every_split_holds_more_than_four_key_tiles_and_none_is_empty(programs, key_tiles, sms):
-    s = launch.choose_num_splits(programs, key_tiles, sms)
+@given(programs_st, tiles_st, sms_st, per_sm_st)
+def test_every_split_holds_more_than_four_key_tiles_and_none_is_empty(programs, key_tiles, sms, per_sm):
+    s = launch.choose_num_splits(programs, key_tiles, sms, per_sm)
     if s > 1:
         bounds = split_bounds(key_tiles, s)
         held = [b - a for a, b in zip(bounds, bounds[1:])]
         assert min(held) > 4 and sum(held) == key_tiles
 
 
-@given(programs_st, tiles_st, sms_st)
-def test_the_choice_is_the_fewest_splits_within_85_percent_of_the_best_wave(programs, key_tiles, sms):
-    s = launch.choose_num_splits(programs, key_tiles, sms)
-    if programs >= 0.8 * sms:
+@given(programs_st, tiles_st, sms_st, per_sm_st)
+def test_the_choice_is_the_fewest_splits_within_85_percent_of_the_best_wave(programs, key_tiles, sms, per_sm):
+    s = launch.choose_num_splits(programs, key_tiles, sms, per_sm)
+    slots = sms * per_sm                                 # a wave: every SM holds per_sm programs
+    if programs >= 0.8 * slots:
         return
-    allowed = [k for k in range(1, min(launch.MAX_SPLITS, sms) + 1) if k == 1 or key_tiles // k >= 5]
+    allowed = [k for k in range(1, min(launch.MAX_SPLITS, slots) + 1) if k == 1 or key_tiles // k >= 5]
 
     def efficiency(k):                                   # waves / ceil(waves), written out again
-        waves = programs * k / sms
+        waves = programs * k / slots
         return waves / math.ceil(waves)
     best = max(efficiency(k) for k in allowed)
     assert efficiency(s) >= 0.85 * best
     assert all(efficiency(k) < 0.85 * best for k in allowed if k < s)
 
 
-@given(programs_st, tiles_st, st.integers(1, 4096), sms_st)
-def test_longer_sequences_never_get_fewer_splits(programs, key_tiles, more, sms):
-    assert launch.choose_num_splits(programs, key_tiles + more, sms) >= launch.choose_num_splits(programs, key_tiles, sms)
+@given(programs_st, tiles_st, st.integers(1, 4096), sms_st, per_sm_st)
+def test_longer_sequences_never_get_fewer_splits(programs, key_tiles, more, sms, per_sm):
+    longer = launch.choose_num_splits(programs, key_tiles + more, sms, per_sm)
+    assert longer >= launch.choose_num_splits(programs, key_tiles, sms, per_sm)
 
 
-@given(tiles_st, sms_st, st.integers(0, 400))
-def test_a_batch_that_fills_the_gpu_stays_unsplit_as_it_grows(key_tiles, sms, more):
-    full = math.ceil(launch.FULL_WAVE * sms)
-    assert launch.choose_num_splits(full + more, key_tiles, sms) == 1
+@given(tiles_st, sms_st, per_sm_st, st.integers(0, 400))
+def test_a_batch_that_fills_the_gpu_stays_unsplit_as_it_grows(key_tiles, sms, per_sm, more):
+    full = math.ceil(launch.FULL_WAVE * sms * per_sm)
+    assert launch.choose_num_splits(full + more, key_tiles, sms, per_sm) == 1
 
 
-def test_no_jump_between_16_and_17_sequences_on_an_h100():
-    # the old rule gave 16 sequences x 8 KV heads (128 programs) 3 splits and 17 sequences 1
-    assert [launch.choose_num_splits(n * 8, 8192 // 64, H100_SMS) for n in (14, 15, 16, 17)] == [1, 1, 1, 1]
-    one = launch.choose_num_splits(8, 8192 // 64, H100_SMS)          # one 8k sequence, 8 KV heads
-    assert one > 1 and launch.wave_efficiency(8 * one, H100_SMS) >= 0.85 * max(
-        launch.wave_efficiency(8 * k, H100_SMS) for k in launch.split_candidates(128, H100_SMS))
+def test_the_h200_measurements_choices_on_an_h100_sized_gpu():
+    # Llama-3-8B (8 KV heads), head_dim 128, fp16, 16k context: the split counts the H200 record
+    # ran fastest (lead's run, 2026-12-04): batch 8 -> 8, 16 -> 4, 32 -> 2, 64 -> 1; each within 15%
+    cfg = launch.launch_config(128, torch.float16, 4, (9, 0))
+    per_sm = launch.resident_programs(cfg, torch.float16, (9, 0))
+    assert per_sm == 4                                   # the resource table's 4 programs per SM
+    got = {b: launch.auto_num_splits(b, b, 8, cfg, 16384, H100_SMS, per_sm) for b in (1, 8, 16, 17, 32, 64)}
+    assert got == {1: 28, 8: 7, 16: 4, 17: 7, 32: 2, 64: 1}
+
+
+def test_no_jump_between_16_and_17_sequences():
+    # the old rule gave 16 sequences x 8 KV heads (128 programs) 3 splits and 17 sequences 1; waves
+    # of 4 programs per SM: 16 -> 4 splits (512 programs, 97% of a wave), 17 -> 7 (952, 90% of 2)
+    assert [launch.choose_num_splits(n * 8, 16384 // 64, H100_SMS, 4) for n in (15, 16, 17)] == [4, 4, 7]
+    assert [launch.choose_num_splits(n * 8, 16384 // 64, H100_SMS, 1) for n in (14, 15, 16, 17)] == [1, 1, 1, 1]
 
 
 # ---- both entry points take the same decision ----------------------------------------------------
@@ -126,7 +138,8 @@ def test_paged_attention_and_the_varlen_kernel_split_a_decode_batch_alike(num_se
         triton_backend.paged_attention_varlen(*x, qsl, validate=False)
         assert varlen_splits(log) == decode
         cfg = launch.launch_config(64, torch.float32, group, launch.INTERPRETER)
-        assert decode == launch.choose_num_splits(num_seqs * num_kv_heads, math.ceil(max_blocks * 16 / cfg.tile), sms)
+        assert decode == launch.choose_num_splits(num_seqs * num_kv_heads, math.ceil(max_blocks * 16 / cfg.tile), sms,
+                                                  launch.UNKNOWN_PER_SM)       # the interpreter: no SM limits
 
 
 # ---- no program that only exits -----------------------------------------------------------------
@@ -173,10 +186,11 @@ def test_split_ranges_share_the_tiles_evenly_and_cover_the_sequence(seq_len, num
     assert max(tiles) - min(tiles) <= 1
 
 
-@given(programs_st, tiles_st, sms_st)
-def test_chapter_9s_reference_solution_is_the_librarys_rule(programs, key_tiles, sms):
+@given(programs_st, tiles_st, sms_st, per_sm_st)
+def test_chapter_9s_reference_solution_is_the_librarys_rule(programs, key_tiles, sms, per_sm):
     from pagedlib.exercises import ch09
-    assert ch09.num_splits.reference(programs, key_tiles, sms) == launch.choose_num_splits(programs, key_tiles, sms)
+    assert ch09.num_splits.reference(programs, key_tiles, sms, per_sm) == launch.choose_num_splits(
+        programs, key_tiles, sms, per_sm)
 
 
 # ---- NaN guards: a sequence with no token ---------------------------------------------------------

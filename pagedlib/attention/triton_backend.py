@@ -27,7 +27,8 @@ from .checks import CacheDims, check_decode, check_prefill, check_scale, check_w
 from .kernels.decode import decode_kernel
 from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TILES_PER_SPLIT, LaunchConfig, auto_num_splits,
                              choose_num_splits, decode_meta, device_capability, kv_tile, launch_config, merge_meta,
-                             num_sms, prefill_meta, varlen_grid, varlen_merge_meta, varlen_meta, write_meta)
+                             num_sms, prefill_meta, resident_programs, varlen_grid, varlen_merge_meta, varlen_meta,
+                             write_meta)
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
 from .kernels.varlen import LOG2E, varlen_kernel, varlen_merge_kernel
@@ -97,7 +98,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         return out
     if num_splits is None:                   # the rule of paged_attention_varlen: one new token per sequence
         num_splits = auto_num_splits(num_seqs, num_seqs, dims.num_kv_heads, cfg,
-                                     block_tables.shape[1] * dims.block_size, num_sms(query.device))
+                                     block_tables.shape[1] * dims.block_size, num_sms(query.device),
+                                     resident_programs(cfg, query.dtype, device_capability(query.device)))
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
     # the arguments decode_kernel and split_kernel share, after their outputs
@@ -230,7 +232,8 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
         return out
     if num_splits is None:
         num_splits = auto_num_splits(total_q, num_seqs, dims.num_kv_heads, cfg,
-                                     block_tables.shape[1] * dims.block_size, num_sms(query.device))
+                                     block_tables.shape[1] * dims.block_size, num_sms(query.device),
+                                     resident_programs(cfg, query.dtype, device_capability(query.device)))
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
     if num_splits > 1:

@@ -105,98 +105,112 @@ merge_partials = Exercise(
 )
 
 
-def num_splits(programs: int, key_tiles: int, sms: int) -> int:
+def num_splits(programs: int, key_tiles: int, sms: int, per_sm: int) -> int:
     """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.kernels.launch.choose_num_splits``."""
-    if programs >= FULL_WAVE * sms:
+    slots = sms * per_sm                                # one wave: every SM holds per_sm programs
+    if programs >= FULL_WAVE * slots:
         return 1                                        # the single pass nearly fills a wave
-    most = max(1, min(MAX_SPLITS, sms, key_tiles // MIN_TILES_PER_SPLIT))   # every split > 4 key tiles
+    most = max(1, min(MAX_SPLITS, slots, key_tiles // MIN_TILES_PER_SPLIT))   # every split > 4 key tiles
 
     def efficiency(s):                                  # how full the waves of programs * s programs are
-        waves = programs * s / sms
+        waves = programs * s / slots
         return waves / math.ceil(waves)
     best = max(efficiency(s) for s in range(1, most + 1))
     return min(s for s in range(1, most + 1) if efficiency(s) >= WAVE_SLACK * best)
 
 
-def _wave_efficiency(programs: int, sms: int) -> float:
-    return programs / sms / math.ceil(programs / sms)
+def _wave_efficiency(programs: int, slots: int) -> float:
+    return programs / slots / math.ceil(programs / slots)
 
 
 def _diagnose_splits(answer, expected, args) -> str | None:
-    programs, key_tiles, sms = args
+    programs, key_tiles, sms, per_sm = args
+    slots = sms * per_sm
     if not isinstance(answer, int) or answer < 1:
         return "Return a whole number of splits, at least 1."
-    if programs >= FULL_WAVE * sms and answer != 1:
-        return (f"{programs} programs fill at least {FULL_WAVE:.0%} of {sms} SMs: "
+    if programs >= FULL_WAVE * slots and answer != 1:
+        return (f"{programs} programs fill at least {FULL_WAVE:.0%} of a wave of {sms} x {per_sm}: "
                 "no split (1).")
     if answer > 1 and key_tiles // answer < MIN_TILES_PER_SPLIT:
         return (f"{answer} splits of {key_tiles} key tiles leave a split {key_tiles // answer} tiles: "
                 f"keep s <= key_tiles // {MIN_TILES_PER_SPLIT}.")
-    if answer > min(MAX_SPLITS, sms):
-        return f"More than {min(MAX_SPLITS, sms)} splits: cap at min({MAX_SPLITS}, sms)."
+    if answer > MAX_SPLITS:
+        return f"More than {MAX_SPLITS} splits: cap at {MAX_SPLITS}."
     if answer > expected:
         return ("Those waves are full enough, but fewer splits are too (within 85% of the best): "
                 "take the smallest such count.")
     if answer < expected:
-        return (f"{programs * answer} programs on {sms} SMs fill "
-                f"{_wave_efficiency(programs * answer, sms):.0%} of their waves: under 85% of the best.")
+        return (f"{programs * answer} programs in waves of {slots} fill "
+                f"{_wave_efficiency(programs * answer, slots):.0%} of them: under 85% of the best.")
     return None
 
 
 num_splits = Exercise(
     "ch09.num_splits",
     "The single pass launches `programs` programs; the longest sequence has `key_tiles` tiles of keys; "
-    "the GPU has `sms` multiprocessors. Return 1 if `programs >= 0.8 * sms`. Otherwise, for each split "
-    "count `s` from 1 to `min(32, sms, key_tiles // 5)` (at least 1: every split keeps 5 key tiles), "
-    "the wave efficiency of `programs * s` programs is `waves / ceil(waves)` with `waves = programs * s "
-    "/ sms`; return the smallest `s` whose efficiency is at least 0.85 times the best.",
+    "the GPU has `sms` multiprocessors, each holding `per_sm` programs at once, so a wave is `slots = "
+    "sms * per_sm` programs. Return 1 if `programs >= 0.8 * slots`. Otherwise, for each split count `s` "
+    "from 1 to `min(32, slots, key_tiles // 5)` (at least 1: every split keeps 5 key tiles), the wave "
+    "efficiency of `programs * s` programs is `waves / ceil(waves)` with `waves = programs * s / "
+    "slots`; return the smallest `s` whose efficiency is at least 0.85 times the best.",
     num_splits,
-    cases=[(8, 512, 132), (512, 128, 132), (24, 512, 40), (16, 32, 40), (1, 3, 40), (100, 256, 132),
-           (105, 256, 132), (106, 256, 132), (40, 2048, 108), (1, 100000, 132), (3, 9, 132), (12, 128, 16)],
+    cases=[(8, 512, 132, 4), (512, 128, 132, 4), (24, 512, 40, 4), (16, 32, 40, 1), (1, 3, 40, 4),
+           (128, 256, 132, 4), (64, 256, 132, 4), (420, 256, 132, 4), (40, 2048, 108, 1), (1, 100000, 132, 1),
+           (3, 9, 132, 4), (12, 128, 16, 2), (256, 512, 132, 4)],
     diagnose=lambda answer, expected, args: _diagnose_splits(answer, expected, args),
-    hints=["Splitting pays only while SMs would sit idle, and only while each split keeps enough "
-           "key tiles to be worth a program. A GPU runs programs in waves of `sms`: a last wave that "
-           "is nearly empty wastes most of its time.",
-           "Work it out for 24 programs on 40 SMs: 1 split fills 60% of a wave, 2 splits make 48 "
-           "programs, 1.2 waves, 60% full; 3 splits 72 programs, 90%; 5 splits 120, 100%. The best "
-           "is 100%, and 3 is the fewest within 85% of it.",
-           "`if programs >= 0.8 * sms: return 1`; `most = max(1, min(32, sms, key_tiles // 5))`; "
-           "`eff = lambda s: (programs * s / sms) / math.ceil(programs * s / sms)`; `best = max(eff(s) "
-           "for s in range(1, most + 1))`; return the first `s` with `eff(s) >= 0.85 * best`."],
-    explanation="A wave that is only partly full leaves SMs idle for a whole program's time; among "
+    hints=["Splitting pays only while the GPU's seats would sit idle, and only while each split keeps "
+           "enough key tiles to be worth a program. A GPU runs programs in waves of `sms * per_sm`: a "
+           "last wave that is nearly empty wastes most of its time.",
+           "Work it out for 24 programs on 40 SMs of 4 seats (waves of 160): 1 split fills 15% of a "
+           "wave, 5 splits 75%, 6 splits 90%, 20 splits three waves exactly, 100%. The best is 100%, "
+           "and 6 is the fewest within 85% of it.",
+           "`slots = sms * per_sm`; `if programs >= 0.8 * slots: return 1`; `most = max(1, min(32, "
+           "key_tiles // 5))`; `eff = lambda s: (programs * s / slots) / math.ceil(programs * s / "
+           "slots)`; `best = max(eff(s) for s in range(1, most + 1))`; return the first `s` with "
+           "`eff(s) >= 0.85 * best`."],
+    explanation="A wave that is only partly full leaves seats idle for a whole program's time; among "
                 "the split counts that fill their waves well, the fewest split least and merge least.",
     mistakes=[
-        (lambda p, t, sms: 1 if p >= sms else max(1, min(math.ceil(2 * sms / p), t // 5, 32)),
-         "That aims at two programs per SM: count waves instead. With 24 programs on 40 SMs, 4 splits "
-         "make 96 programs, 2.4 waves whose last is 40% full."),
+        (lambda p, t, sms, k: num_splits_one_per_sm(p, t, sms),
+         "Those are waves of one program per SM: an SM holds `per_sm` programs at once, so a wave is "
+         "`sms * per_sm` programs."),
     ],
-    wrong=[lambda p, t, sms: 1,
-           lambda p, t, sms: max(1, min(32, sms, t // 5))],
+    wrong=[lambda p, t, sms, k: 1,
+           lambda p, t, sms, k: max(1, min(32, t // 5))],
 )
 
-PREDICT_SETTING = dict(programs=3 * 8, key_tiles=8192 // 16, sms=40)   # a T4, batch 3, 16-token tiles
+
+def num_splits_one_per_sm(programs: int, key_tiles: int, sms: int) -> int:
+    """The rule with waves of one program per SM (FlashAttention-3's unit): a mistake above."""
+    return num_splits.reference(programs, key_tiles, sms, 1)
+
+
+PREDICT_SETTING = dict(programs=3 * 8, key_tiles=8192 // 16, sms=40, per_sm=4)   # a T4, batch 3
 
 
 _PREDICT_MISTAKES = [
-    (1, "24 programs are 60% of the T4's 40 SMs, under 80%: it splits."),
-    (2, "2 splits make 48 programs: a full wave and a second one 20% full, 60% in all."),
-    (5, "5 splits fill their waves exactly (100%), but a smaller count comes within 85% of that: "
-        "take the fewest."),
+    (1, "24 programs are 15% of the T4's wave of 40 x 4 = 160: it splits."),
+    (3, "Waves of 40 are one program per SM: a T4's SM holds 4 of these programs at once, so a wave "
+        "is 160."),
+    (5, "5 splits make 120 programs: 75% of one wave of 160, under 85% of the best."),
+    (20, "20 splits fill their waves exactly (100%), but a smaller count comes within 85% of that: "
+         "take the fewest."),
 ]
 
 predict_splits = Exercise(
     "ch09.predict_splits",
     "Predict, before the table below prints it: how many splits does the rule choose for 3 "
     "sequences of Llama-3-8B (8 K/V heads) with block tables of 8,192 tokens (512 key tiles of 16) "
-    "on a T4 (40 SMs)?",
+    "on a T4 (40 SMs, each holding 4 decode programs at once)?",
     num_splits.reference(**PREDICT_SETTING),
     mistakes=_PREDICT_MISTAKES,
-    hints=["First count the single pass's programs and compare them with 80% of the SMs.",
-           "24 programs on 40 SMs: try 2, 3, 4 and 5 splits and see how full their last wave is.",
-           "Efficiencies: 1: 0.6, 2: 0.6, 3: 0.9, 4: 0.8, 5: 1.0. The smallest within 0.85 of 1.0."],
-    wrong=[1, 2, 5],
-    explanation="24 programs leave 16 of 40 SMs idle; 3 splits give 72 programs, two waves 90% full, "
-                "close enough to the best (5 splits, 100%) to take the fewer splits.",
+    hints=["First count the single pass's programs and compare them with 80% of a wave of 40 x 4.",
+           "24 programs in waves of 160: try 5, 6 and 7 splits and see how full their last wave is.",
+           "Efficiencies: 5: 0.75, 6: 0.9, 7: 0.53 (a second wave), 20: 1.0. The smallest within 0.85 "
+           "of 1.0."],
+    wrong=[1, 3, 5, 20],
+    explanation="24 programs use 15% of a wave of 160; 6 splits give 144 programs, one wave 90% full, "
+                "close enough to the best (20 splits, 100%) to take the fewer splits.",
 )
 
 

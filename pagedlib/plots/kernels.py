@@ -351,38 +351,40 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
     return fig
 
 
-def split_waves(programs: int, key_tiles: int, sms: int, splits: list[int], gpu: str = ""):
+def split_waves(programs: int, key_tiles: int, sms: int, splits: list[int], per_sm: int = 1, gpu: str = ""):
     """Chapter 9: the programs of each split count in ``splits``, as the GPU runs them, in waves.
 
-    One row per split count ``s``: ``programs * s`` programs fill waves of ``sms`` seats (one program
-    per SM at a time), drawn left to right, each wave a box whose filled part is its programs; the
+    One row per split count ``s``: ``programs * s`` programs fill waves of ``sms * per_sm`` seats
+    (``per_sm`` programs resident on each SM at a time), drawn left to right, each wave a box whose filled part is its programs; the
     label gives the wave efficiency (``launch.wave_efficiency``). The row of the rule's choice
     (``launch.choose_num_splits``) is marked; counts the rule may not take (a split of fewer than
     ``MIN_TILES_PER_SPLIT`` key tiles) are grey.
     """
     from ..attention.kernels.launch import choose_num_splits, split_candidates, wave_efficiency
-    chosen = choose_num_splits(programs, key_tiles, sms)
-    allowed = set(split_candidates(key_tiles, sms))
-    best = max(wave_efficiency(programs * s, sms) for s in allowed)
-    most_waves = max(math.ceil(programs * s / sms) for s in splits)
+    chosen = choose_num_splits(programs, key_tiles, sms, per_sm)
+    slots = sms * per_sm                                           # seats in one wave
+    allowed = set(split_candidates(key_tiles, slots))
+    best = max(wave_efficiency(programs * s, slots) for s in allowed)
+    most_waves = max(math.ceil(programs * s / slots) for s in splits)
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.6 + 0.55 * len(splits)))
     for row, s in enumerate(splits):
         total = programs * s
         colour = COLORS["kv"] if s == chosen else COLORS["tail"] if s in allowed else COLORS["padding"]
-        for wave in range(math.ceil(total / sms)):
-            filled = min(sms, total - wave * sms)
-            ax.barh(row, sms, left=wave * sms, height=0.6, color="white", edgecolor="black", lw=0.8)
-            ax.barh(row, filled, left=wave * sms, height=0.6, color=colour, edgecolor="black", lw=0.8)
-        eff = wave_efficiency(total, sms)
+        for wave in range(math.ceil(total / slots)):
+            filled = min(slots, total - wave * slots)
+            ax.barh(row, slots, left=wave * slots, height=0.6, color="white", edgecolor="black", lw=0.8)
+            ax.barh(row, filled, left=wave * slots, height=0.6, color=colour, edgecolor="black", lw=0.8)
+        eff = wave_efficiency(total, slots)
         mark = "\nchosen" if s == chosen else "" if s in allowed else "\ntoo small"
-        ax.text(most_waves * sms * 1.02, row, f"{eff:.0%}{mark}", va="center", fontsize=10)
+        ax.text(most_waves * slots * 1.02, row, f"{eff:.0%}{mark}", va="center", fontsize=10)
     ax.set_yticks(range(len(splits)), [f"{s} split{'s' if s > 1 else ''}\n{programs * s} programs"
                                        for s in splits], fontsize=10)
     ax.invert_yaxis()
-    ax.set_xlim(0, most_waves * sms * 1.3)
-    ax.set_xticks([w * sms for w in range(most_waves + 1)])
-    ax.set_xlabel(wrap(f"SM seats, {sms} a wave; right: how full the waves are (the rule takes "
-                       f"the fewest splits within 85% of the best, {best:.0%})", FIGURE_WIDTH - 1, 10),
+    ax.set_xlim(0, most_waves * slots * 1.3)
+    ax.set_xticks([w * slots for w in range(most_waves + 1)])
+    ax.set_xlabel(wrap(f"seats, {sms} SMs x {per_sm} = {slots} a wave; right: how full the waves are "
+                       f"(the rule takes the fewest splits within 85% of the best, {best:.0%})",
+                       FIGURE_WIDTH - 1, 10),
                   fontsize=10)
     ax.set_title(wrap(f"{programs} programs{' on ' + gpu if gpu else ''}, in waves", FIGURE_WIDTH, 11),
                  fontsize=11)

@@ -236,15 +236,15 @@ def varlen_grid(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfi
 
 
 def auto_num_splits(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig, max_seq_len: int,
-                    sms: int) -> int:
+                    sms: int, per_sm: int) -> int:
     """``num_splits=None`` for both entry points, ``paged_attention`` (``total_q == num_seqs``: one new
     token each) and ``paged_attention_varlen``: ``choose_num_splits`` with the single pass's
-    programs, ``varlen_tiles`` per KV head (``num_seqs`` for decode), and the key tiles of the longest
-    sequence the block table can hold (shapes only). It depends on the batch, so a sequence's output
-    may differ in its last bits from one batch to the next; pass a fixed ``num_splits`` for
-    batch-invariant results."""
+    programs, ``varlen_tiles`` per KV head (``num_seqs`` for decode), the key tiles of the longest
+    sequence the block table can hold (shapes only), and waves of ``sms * per_sm`` programs
+    (``resident_programs``). It depends on the batch, so a sequence's output may differ in its last
+    bits from one batch to the next; pass a fixed ``num_splits`` for batch-invariant results."""
     programs = varlen_tiles(total_q, num_seqs, cfg.tile_q) * num_kv_heads
-    return choose_num_splits(programs, triton.cdiv(max_seq_len, cfg.tile), sms)
+    return choose_num_splits(programs, triton.cdiv(max_seq_len, cfg.tile), sms, per_sm)
 
 
 def merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
@@ -277,10 +277,33 @@ def num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def wave_efficiency(programs: int, sms: int) -> float:
-    """How full the GPU's waves are: ``programs`` equal programs run in ``ceil(programs / sms)`` waves
-    of ``sms`` programs (one per SM); 1.0 when the last wave is full, 0.5 when half of it idles."""
-    waves = programs / sms
+ASSUMED_REGISTERS = 128   # registers per thread the occupancy estimate assumes: the decode kernels
+                          # compile to 56-128 (``bench kernels --resources``; the exact count is the compiler's)
+UNKNOWN_PER_SM = 4        # programs per SM where the GPU is unknown (the interpreter): an H100's, head_dim 128
+
+
+def resident_programs(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int] | None) -> int:
+    """How many decode programs one SM holds at once (occupancy): a wave is ``sms`` times this.
+
+    The tightest of the SM's limits (``SM_LIMITS``) for programs of ``cfg.num_warps`` warps,
+    ``ASSUMED_REGISTERS`` registers a thread, and the shared memory of one K and one V tile (the
+    compiled kernels allocate that plus up to a quarter more for the pipeline). 4 on a T4, an A100
+    or an H100 at head_dim 128 (the resource table measures 4 there), 2 at head_dim 256.
+    """
+    limits = SM_LIMITS.get(None if capability is INTERPRETER else 10 * capability[0] + capability[1])
+    if limits is None:
+        return UNKNOWN_PER_SM
+    by_registers = limits.registers // (ASSUMED_REGISTERS * 32 * cfg.num_warps)
+    shared = 2 * cfg.tile * cfg.head_dim_pad * dtype.itemsize + limits.reserved_shared
+    return max(1, min(by_registers, limits.shared_per_sm // shared, limits.max_warps // cfg.num_warps,
+                      limits.max_programs))
+
+
+def wave_efficiency(programs: int, sms: int, per_sm: int = 1) -> float:
+    """How full the GPU's waves are: ``programs`` equal programs run in ``ceil(programs / slots)``
+    waves of ``slots = sms * per_sm`` programs (``per_sm`` resident on each SM at once); 1.0 when the
+    last wave is full, 0.5 when half of it idles."""
+    waves = programs / (sms * per_sm)
     return waves / math.ceil(waves)
 
 
@@ -290,21 +313,27 @@ def split_candidates(key_tiles: int, sms: int) -> list[int]:
     return list(range(1, max(1, min(MAX_SPLITS, sms, key_tiles // MIN_TILES_PER_SPLIT)) + 1))
 
 
-def choose_num_splits(programs: int, key_tiles: int, sms: int) -> int:
+def choose_num_splits(programs: int, key_tiles: int, sms: int, per_sm: int = 1) -> int:
     """How many ranges to split each sequence's keys into (split-K), for both entry points.
 
     ``programs``: what the single pass launches (sequences or tiles, times KV heads); ``key_tiles``:
-    the ``TILE``-token steps of the longest sequence; ``sms``: the GPU's multiprocessors.
+    the ``TILE``-token steps of the longest sequence; ``sms``: the GPU's multiprocessors, each
+    holding ``per_sm`` programs at once (``resident_programs``): a wave is ``sms * per_sm`` programs.
 
     1. The single pass fills at least ``FULL_WAVE`` (80%) of one wave: 1, no split.
     2. Otherwise, among ``split_candidates`` (each split holds more than 4 key tiles), the wave
        efficiency of ``programs * s`` programs (``wave_efficiency``); take the smallest ``s`` within
        ``WAVE_SLACK`` (85%) of the best: fewer splits mean less to merge.
+
+    FlashAttention-3's ``num_splits_heuristic`` counts waves of one program per SM; on an H200 the
+    course's decode kernels ran as waves of 4 per SM (one SM's resident programs), and splitting
+    paid up to that: 16 sequences x 8 KV heads = 128 programs ran fastest in 4 splits.
     """
     programs = max(1, programs)
-    if programs >= FULL_WAVE * sms:
+    slots = sms * per_sm
+    if programs >= FULL_WAVE * slots:
         return 1
-    candidates = split_candidates(key_tiles, sms)
-    efficiency = {s: wave_efficiency(programs * s, sms) for s in candidates}
+    candidates = split_candidates(key_tiles, slots)
+    efficiency = {s: wave_efficiency(programs * s, slots) for s in candidates}
     best = max(efficiency.values())
     return min(s for s in candidates if efficiency[s] >= WAVE_SLACK * best)
