@@ -189,10 +189,10 @@ PREDICT_SETTING = dict(programs=3 * 8, key_tiles=8192 // 16, sms=40, per_sm=4)  
 
 
 _PREDICT_MISTAKES = [
-    (1, "24 programs are 15% of the T4's wave of 40 x 4 = 160: it splits."),
+    (1, "24 programs are 15% of the T4's wave of 40 SMs x 4: it splits."),
     (3, "Waves of 40 are one program per SM: a T4's SM holds 4 of these programs at once, so a wave "
-        "is 160."),
-    (5, "5 splits make 120 programs: 75% of one wave of 160, under 85% of the best."),
+        "is 4 x 40."),
+    (5, "5 splits make 120 programs: 75% of one wave, under 85% of the best."),
     (20, "20 splits fill their waves exactly (100%), but a smaller count comes within 85% of that: "
          "take the fewest."),
 ]
