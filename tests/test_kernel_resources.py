@@ -97,9 +97,10 @@ def test_the_varlen_split_rule_counts_the_grids_tiles():
     cfg = launch_config(128, torch.float16, 8, H100)
     tiles = launch.varlen_grid(4, 4, 8, cfg, 1)[0]                           # 4 decode rows, 8 KV heads
     assert tiles == 4
-    assert launch.auto_num_splits(4, 4, 8, cfg, 8192, 132) == launch.choose_num_splits(4 * 8, 8192 // cfg.tile, 132) > 1
+    auto = launch.auto_num_splits(4, 4, 8, cfg, 8192, 132, 4)
+    assert auto == launch.choose_num_splits(4 * 8, 8192 // cfg.tile, 132, 4) > 1
     # a 4096-token prefill fills the GPU: no split
-    assert launch.auto_num_splits(4096, 2, 8, cfg, 8192, 132) == 1
+    assert launch.auto_num_splits(4096, 2, 8, cfg, 8192, 132, 4) == 1
 
 
 @pytest.mark.parametrize("head_dim,group,match", [(0, 1, "head_dim"), (64.0, 1, "head_dim"),
