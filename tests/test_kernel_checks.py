@@ -253,3 +253,45 @@ def test_kernel_mistake_messages_start_a_sentence():
         if isinstance(ex, KernelExercise):
             for _, message in ex.mistakes:
                 assert not message[:1].islower(), (name, message)
+
+# ---- loads of rows no sequence owns -----------------------------------------------------------------
+@triton.jit
+def _load_page_unmasked_then_where(out, key_cache, block_table, seq_len, page, kv_head,
+                                   stride_block, stride_token, stride_head,
+                                   BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    valid = page * BLOCK_SIZE + offsets < seq_len
+    block = tl.load(block_table + page)
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    keys = tl.load(key_cache + rows[:, None] + dims[None, :])          # every row, owned or not
+    keys = tl.where(valid[:, None], keys, 0.0)                          # ... the NaN thrown away
+    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
+
+
+@triton.jit
+def _load_page_mask_forgets_the_page(out, key_cache, block_table, seq_len, page, kv_head,
+                                     stride_block, stride_token, stride_head,
+                                     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    valid = offsets < seq_len                                           # the page's start forgotten
+    block = tl.load(block_table + page)
+    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
+    keys = tl.load(key_cache + rows[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
+
+
+def test_an_unmasked_load_hidden_by_a_later_where_fails():
+    # the output is right (tl.where drops the NaN), but the rows past seq_len were read
+    result = ch08.load_page.check(_load_page_unmasked_then_where)
+    assert result.state == INCORRECT
+    assert "the output is right" in result.message and "loads without a mask" in result.message
+    assert "tl.load(key_cache + rows[:, None] + dims[None, :])" in result.message     # its line
+
+
+def test_a_mask_that_lets_rows_past_seq_len_through_says_so():
+    result = ch08.load_page.check(_load_page_mask_forgets_the_page)
+    assert result.state == INCORRECT
+    assert "its mask lets rows past the end of the sequence through" in result.message
+    assert "Give tl.load a mask" not in result.message

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -28,7 +29,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
-from ..attention.kernels.launch import SM_LIMITS, kv_tile
+from ..attention.kernels.launch import SM_LIMITS, VARLEN_SPLIT_Q, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
 from ..validation import cdiv
@@ -36,7 +37,7 @@ from .style import COLORS, FIGURE_WIDTH, SMALLEST_FONT, wrap
 
 __all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "block_size_kernel_side", "tile_footprint",
            "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy", "decode_kernel_map",
-           "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv",
+           "split_k_ranges", "split_waves", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv",
            "record_bandwidth", "record_splits"]
 
 
@@ -331,7 +332,7 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
                   fontsize=10)
     ax.invert_yaxis()
     ax.set_xlim(0, max(seq_lens) * 1.45)
-    ax.set_xlabel(wrap(f"token position (ranges rounded up to tiles of {tile})", FIGURE_WIDTH, 10),
+    ax.set_xlabel(wrap(f"token position (ranges of whole tiles of {tile})", FIGURE_WIDTH, 10),
                   fontsize=10)
     ax.set_title(f"{num_splits} programs per sequence and K/V head", fontsize=11)
     ax.legend(handles=[Patch(color=palette[s % len(palette)], label=f"split {s}")
@@ -355,18 +356,59 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
     return fig
 
 
+def split_waves(programs: int, key_tiles: int, sms: int, splits: list[int], per_sm: int = 1, gpu: str = ""):
+    """Chapter 9: the programs of each split count in ``splits``, as the GPU runs them, in waves.
+
+    One row per split count ``s``: ``programs * s`` programs fill waves of ``sms * per_sm`` seats
+    (``per_sm`` programs resident on each SM at a time), drawn left to right, each wave a box whose filled part is its programs; the
+    label gives the wave efficiency (``launch.wave_efficiency``). The row of the rule's choice
+    (``launch.choose_num_splits``) is marked; counts the rule may not take (a split of fewer than
+    ``MIN_TILES_PER_SPLIT`` key tiles) are grey.
+    """
+    from ..attention.kernels.launch import choose_num_splits, split_candidates, wave_efficiency
+    chosen = choose_num_splits(programs, key_tiles, sms, per_sm)
+    slots = sms * per_sm                                           # seats in one wave
+    allowed = set(split_candidates(key_tiles, slots))
+    best = max(wave_efficiency(programs * s, slots) for s in allowed)
+    most_waves = max(math.ceil(programs * s / slots) for s in splits)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.6 + 0.55 * len(splits)))
+    for row, s in enumerate(splits):
+        total = programs * s
+        colour = COLORS["kv"] if s == chosen else COLORS["tail"] if s in allowed else COLORS["padding"]
+        for wave in range(math.ceil(total / slots)):
+            filled = min(slots, total - wave * slots)
+            ax.barh(row, slots, left=wave * slots, height=0.6, color="white", edgecolor="black", lw=0.8)
+            ax.barh(row, filled, left=wave * slots, height=0.6, color=colour, edgecolor="black", lw=0.8)
+        eff = wave_efficiency(total, slots)
+        mark = "\nchosen" if s == chosen else "" if s in allowed else "\ntoo small"
+        ax.text(most_waves * slots * 1.02, row, f"{eff:.0%}{mark}", va="center", fontsize=10)
+    ax.set_yticks(range(len(splits)), [f"{s} split{'s' if s > 1 else ''}\n{programs * s} programs"
+                                       for s in splits], fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlim(0, most_waves * slots * 1.3)
+    ax.set_xticks([w * slots for w in range(most_waves + 1)])
+    ax.set_xlabel(wrap(f"seats, {sms} SMs x {per_sm} = {slots} a wave; right: how full the waves are "
+                       f"(the rule takes the fewest splits within 85% of the best, {best:.0%})",
+                       FIGURE_WIDTH - 1, 10),
+                  fontsize=10)
+    ax.set_title(wrap(f"{programs} programs{' on ' + gpu if gpu else ''}, in waves", FIGURE_WIDTH, 11),
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits: int, tile: int,
-                  tile_m: int = 16, split_q: int = 4):
+                  tile_m: int = 16, split_q: int = VARLEN_SPLIT_Q):
     """Chapter 9: one launch of ``paged_attention_varlen`` over a mixed batch, for one KV head.
 
-    One row per program of the grid (``total_q // tile_q + num_seqs`` tiles x ``num_splits``, an
-    upper bound from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
+    One row per program of the grid (``launch.varlen_grid``: the tiles, then splits 1 and up of each
+    sequence; from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
     key position), coloured by sequence; its label says which new tokens it owns (``tile_q =
     tile_m // group`` tokens x the group's heads make its ``tile_m`` rows) and, for a split
     sequence's programs, which split. Programs that exit at once are grey rows marked "exits".
     """
     tile_q = tile_m // group
-    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, split_q)
+    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, min(split_q, tile_q))
     palette = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
                COLORS["padding"]]
     longest = max(contexts)
