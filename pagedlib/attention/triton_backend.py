@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 # Every launch number (tiles, warps, MIN_DOT_ROWS, the split-K rule) is defined in
 # pagedlib.attention.kernels.launch; the names below are re-exported for the chapters' imports.
-__all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "LaunchConfig", "auto_num_splits",
+__all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "LaunchConfig", "auto_num_splits", "decode_num_splits",
            "choose_num_splits", "kv_tile", "launch_config", "longest_chunk", "num_sms", "paged_attention",
            "paged_attention_varlen", "paged_prefill", "varlen_grid", "write_kv"]
 
@@ -97,9 +97,7 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     if num_seqs == 0:
         return out
     if num_splits is None:                   # the rule of paged_attention_varlen: one new token per sequence
-        num_splits = auto_num_splits(num_seqs, num_seqs, dims.num_kv_heads, cfg,
-                                     block_tables.shape[1] * dims.block_size, num_sms(query.device),
-                                     resident_programs(cfg, query.dtype, device_capability(query.device)))
+        num_splits = decode_num_splits(query, key_cache, block_tables, config=cfg)
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
     # the arguments decode_kernel and split_kernel share, after their outputs
@@ -120,6 +118,17 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     merge_kernel[(num_seqs, num_heads)](out, partial_out, partial_lse, num_splits, out.stride(0), out.stride(1),
                                         **merge_meta(cfg, num_splits))
     return out
+
+
+def decode_num_splits(query: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
+                      config: LaunchConfig | None = None) -> int:
+    """The split count ``paged_attention(..., num_splits=None)`` picks for these decode arguments
+    (``auto_num_splits`` on their shapes, this GPU's SMs and the kernel's occupancy)."""
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    cfg = config or launch_config(head_dim, query.dtype, num_heads // num_kv_heads, device_capability(query.device))
+    return auto_num_splits(num_seqs, num_seqs, num_kv_heads, cfg, block_tables.shape[1] * block_size,
+                           num_sms(query.device), resident_programs(cfg, query.dtype, device_capability(query.device)))
 
 
 def longest_chunk(query_start_loc: torch.Tensor) -> int:

@@ -121,8 +121,7 @@ def sdpa_decode(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
 def run_gpu(args: argparse.Namespace) -> list[dict]:
     import triton.testing
 
-    from ..attention.kernels.launch import auto_num_splits, device_capability, launch_config, resident_programs
-    from ..attention.triton_backend import num_sms, paged_attention
+    from ..attention.triton_backend import decode_num_splits, paged_attention
     from ..attention.reference import paged_attention_ref
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
@@ -135,10 +134,7 @@ def run_gpu(args: argparse.Namespace) -> list[dict]:
             for context in args.context:
                 paged_args, keys, values = gpu_inputs(batch, context, block_size, num_heads, num_kv_heads,
                                                       args.head_dim, dtype)
-                device = paged_args[0].device
-                cfg = launch_config(args.head_dim, dtype, num_heads // num_kv_heads, device_capability(device))
-                splits = auto_num_splits(batch, batch, num_kv_heads, cfg, paged_args[3].shape[1] * block_size,
-                                         num_sms(device), resident_programs(cfg, dtype, device_capability(device)))
+                splits = decode_num_splits(paged_args[0], paged_args[1], paged_args[3])
                 out = paged_attention(*paged_args)                          # checked once, with validation
                 err = (out.float() - sdpa_decode(paged_args[0], keys, values).float()).abs().max().item()
                 paged_ms = triton.testing.do_bench(partial(paged_attention, *paged_args, validate=False))

@@ -53,7 +53,7 @@ CAPTION = ("paged us: the kernel's time per decode step; GB/s: the bandwidth it 
 # printed lines of at most 60 characters: a printed output keeps its lines on the site
 MISSING = ("No GPU here and no stored GPU measurement: the cell\n"
            "checked the kernel's results in the interpreter only.")
-SECTIONS = ("correctness", "bandwidth", "splits", "block_size", "paging", "varlen", "engine")
+SECTIONS = ("chapters", "correctness", "bandwidth", "splits", "block_size", "paging", "varlen", "engine")
 # The promises, judged on the record: (name, what it says, section, key, comparison, threshold)
 GOALS = [
     ("decode_bandwidth", "decode reaches >= 70% of HBM peak at batch >= 32 with 4K-token sequences",
@@ -277,15 +277,11 @@ def _decode_row(batch, context, block_size, heads, kv_heads, head_dim, dtype, ti
     return row
 
 
-def chosen_splits(paged_args) -> int | None:
-    """The split count ``paged_attention`` picks for these arguments (None if the rule is not found)."""
-    from ..attention import triton_backend as tb
-    query, _, value_cache, block_tables, _ = paged_args
-    try:
-        return int(tb.choose_num_splits(query.shape[0], value_cache.shape[2],
-                                        block_tables.shape[1] * value_cache.shape[1], tb.num_sms(query.device)))
-    except Exception:
-        return None
+def chosen_splits(paged_args) -> int:
+    """The split count ``paged_attention`` picks for these arguments."""
+    from ..attention.triton_backend import decode_num_splits
+    query, key_cache, _, block_tables, _ = paged_args
+    return decode_num_splits(query, key_cache, block_tables)
 
 
 def kv_bytes(batch, context, kv_heads, head_dim, elem_bytes) -> int:
@@ -324,7 +320,6 @@ def _bandwidth_summary(rows: list[dict]) -> dict:
 def splits(cfg: dict, budget: Budget, log, timer, device) -> dict:
     """Every split count against the single pass, for both entry points; the automatic choice against
     the best count. ``auto_vs_best`` below 1: the rule leaves speed on the table."""
-    from ..attention.triton_backend import paged_attention, paged_attention_varlen
     dtype = _dtype("fp16")
     rows = []
     for context in cfg["contexts"]:
@@ -332,23 +327,39 @@ def splits(cfg: dict, budget: Budget, log, timer, device) -> dict:
             if budget.over():
                 log("splits: out of time, sweep cut short")
                 return dict(rows=rows, cut_short=True, **_splits_summary(rows))
-            x = decode_inputs(batch, context, 16, cfg["heads"], cfg["kv_heads"], cfg["head_dim"], dtype, device)
-            for entry, fn, args in (("paged_attention", paged_attention, x["paged"]),
-                                    ("paged_attention_varlen", paged_attention_varlen, x["varlen"])):
-                times = {k: timer(partial(fn, *args, num_splits=k, validate=False)) for k in cfg["splits"]}
-                auto = timer(partial(fn, *args, validate=False))
-                best = min(times, key=times.get)
-                rows.append(dict(entry=entry, batch=batch, context=context, kv_heads=cfg["kv_heads"],
-                                 programs=batch * cfg["kv_heads"], chosen=chosen_splits(x["paged"])
-                                 if entry == "paged_attention" else None,
-                                 us={str(k): t * 1e3 for k, t in times.items()}, auto_us=auto * 1e3,
-                                 best_splits=best, best_vs_single=times[1] / times[best],
-                                 auto_vs_single=times[1] / auto, auto_vs_best=times[best] / auto))
-                r = rows[-1]
-                log(f"splits: {entry[:18]:<18} b{batch:<3} ctx {context:<6} best {best:>2} "
-                    f"({r['best_vs_single']:.2f}x single) auto {r['auto_vs_best']:.2f} of best")
-            del x
+            try:
+                _split_row(rows, batch, context, cfg, log, timer, device, dtype)
+            except Exception as exc:            # a GPU fault: keep the rows measured, name the call
+                return dict(rows=rows, fault=dict(batch=batch, context=context, error=repr(exc)[:400]),
+                            **_splits_summary(rows))
     return dict(rows=rows, **_splits_summary(rows))
+
+
+def _split_row(rows, batch, context, cfg, log, timer, device, dtype) -> None:
+    """One shape of the split-K sweep: both entry points, every split count and the automatic one."""
+    from ..attention.triton_backend import paged_attention, paged_attention_varlen
+    x = decode_inputs(batch, context, 16, cfg["heads"], cfg["kv_heads"], cfg["head_dim"], dtype, device)
+    for entry, fn, args in (("paged_attention", paged_attention, x["paged"]),
+                            ("paged_attention_varlen", paged_attention_varlen, x["varlen"])):
+        for k in cfg["splits"]:      # one plain call each first: a fault is named, not replayed
+            log(f"splits: calling {entry} b{batch} ctx {context} num_splits {k}")
+            fn(*args, num_splits=k, validate=False)
+            if device.type == "cuda":
+                import torch
+                torch.cuda.synchronize()
+        times = {k: timer(partial(fn, *args, num_splits=k, validate=False)) for k in cfg["splits"]}
+        auto = timer(partial(fn, *args, validate=False))
+        best = min(times, key=times.get)
+        rows.append(dict(entry=entry, batch=batch, context=context, kv_heads=cfg["kv_heads"],
+                         programs=batch * cfg["kv_heads"], chosen=chosen_splits(x["paged"])
+                         if entry == "paged_attention" else None,
+                         us={str(k): t * 1e3 for k, t in times.items()}, auto_us=auto * 1e3,
+                         best_splits=best, best_vs_single=times[1] / times[best],
+                         auto_vs_single=times[1] / auto, auto_vs_best=times[best] / auto))
+        r = rows[-1]
+        log(f"splits: {entry[:18]:<18} b{batch:<3} ctx {context:<6} best {best:>2} "
+            f"({r['best_vs_single']:.2f}x single) auto {r['auto_vs_best']:.2f} of best")
+    del x
 
 
 def _splits_summary(rows: list[dict]) -> dict:
@@ -567,7 +578,7 @@ DRY = dict(
                 hf_max_batch_tokens=None, near_tie=0.05),
 )
 # seconds each section may take (a cut-short section keeps its rows and says so)
-BUDGET_S = dict(correctness=60, bandwidth=80, splits=80, block_size=20, paging=30, varlen=30, engine=120)
+BUDGET_S = dict(correctness=60, bandwidth=80, splits=60, block_size=20, paging=30, varlen=30, engine=120)
 
 
 def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=print) -> dict:
@@ -620,7 +631,7 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
         paging=lambda b: paging(sizes["paging"], b, log, timer, device),
         varlen=lambda b: varlen_mixes(sizes["varlen"], b, log, timer),
         engine=lambda b: engine(sizes["engine"], b, log, device))
-    for section in ("chapters", *sections):
+    for section in sections:
         start = time.monotonic()
         try:
             if section == "chapters":     # the rows chapters 8 and 9 show, as their cells measure them
@@ -629,16 +640,41 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
                 record["block_size"] = chapter_rows(CHAPTER9_ARGS, b)
                 log(f"chapters: {len(record['attention'])} + {len(record['block_size'])} rows")
             else:
-                record[section if section != "block_size" else "block_sweep"] = runners[section](
-                    Budget(BUDGET_S[section] * (0.2 if dry_run else 1) + (60 if dry_run else 0)))
+                result = runners[section](Budget(BUDGET_S[section] * (0.2 if dry_run else 1) + (60 if dry_run else 0)))
+                record[section if section != "block_size" else "block_sweep"] = result
+                if "fault" in result:
+                    record["errors"][section] = result["fault"]
+                    log(f"{section}: FAULT {result['fault']}")
         except Exception as exc:            # one section's failure must not cost the others' minutes
             record["errors"][section] = traceback.format_exc(limit=6)
             log(f"{section}: FAILED {exc!r}")
         record["seconds"][section] = round(time.monotonic() - start, 1)
         record["graph_fallbacks"] = timer.fallbacks + quick.fallbacks
+        save()
+        if section in record["errors"]:
+            break                        # after a GPU fault this process's CUDA context is unusable
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        save()
+    return record
+
+
+def combine(paths: list[Path], out: Path) -> dict:
+    """One record from the parts that separate processes measured (``gpu_check.sh`` runs groups of
+    sections apart, so a GPU fault in one costs only that group): each part's measured sections, errors
+    and seconds; the goals judged again on the whole."""
+    record: dict = {}
+    for path in paths:
+        part = json.loads(Path(path).read_text())
+        for key, value in part.items():
+            if key in ("errors", "seconds"):
+                record.setdefault(key, {}).update(value)
+            elif key in ("attention", "block_size"):
+                if value or key not in record:
+                    record[key] = value
+            elif key not in record or key in SECTIONS or key == "block_sweep":
+                record[key] = value
+    record["goals"] = judge(record)
+    out.write_text(json.dumps(record, indent=1, default=float) + "\n")
     return record
 
 
@@ -649,8 +685,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="rehearse every section on the CPU (interpreter, tiny sizes, timings meaningless)")
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    parser.add_argument("--split-contexts", type=int, nargs="+", default=None,
+                        help="the context lengths of the split-K sweep (default: all of it)")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="PART",
+                        help="instead of measuring: combine these parts into --out")
     a = parser.parse_args(argv)
     out = Path(a.out)
+    if a.combine:
+        record = combine([Path(p) for p in a.combine], out)
+        print(f"combined {len(a.combine)} parts into {out}")
+        print("\n".join(goal_lines(record)))
+        return 0
+    if a.split_contexts:
+        for sizes in (FULL, DRY):
+            sizes["splits"] = dict(sizes["splits"], contexts=a.split_contexts)
     record = measure(dry_run=a.dry_run, out=out, sections=a.sections)
     print(f"wrote {out}: {label(record)}")
     print("\n".join(goal_lines(record)))
