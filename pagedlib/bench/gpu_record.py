@@ -140,6 +140,11 @@ def make_timer(dry_run: bool, quick: bool = False, device_time: bool = True):
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep)
 
     def graph(fn):
+        # do_bench_cudagraph runs fn on a stream of its own, which does not wait for the default
+        # stream: inputs still being written there (a block table from randperm) would be read
+        # half-made, and a half-made block table points anywhere (an illegal address; seen on an
+        # H200 before this line was added). Wait for them first.
+        torch.cuda.synchronize()
         try:
             return triton.testing.do_bench_cudagraph(fn, rep=rep)
         except Exception:
@@ -658,6 +663,9 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
     return record
 
 
+SUMMARIES = {"splits": _splits_summary, "bandwidth": _bandwidth_summary, "paging": _paging_summary}
+
+
 def combine(paths: list[Path], out: Path) -> dict:
     """One record from the parts that separate processes measured (``gpu_check.sh`` runs groups of
     sections apart, so a GPU fault in one costs only that group): each part's measured sections, errors
@@ -671,6 +679,9 @@ def combine(paths: list[Path], out: Path) -> dict:
             elif key in ("attention", "block_size"):
                 if value or key not in record:
                     record[key] = value
+            elif key in SUMMARIES and key in record and "rows" in record[key]:
+                rows = record[key]["rows"] + value["rows"]     # one section measured in several parts
+                record[key] = {**record[key], **value, "rows": rows, **SUMMARIES[key](rows)}
             elif key not in record or key in SECTIONS or key == "block_sweep":
                 record[key] = value
     record["goals"] = judge(record)
