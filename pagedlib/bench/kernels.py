@@ -157,6 +157,47 @@ def _compile_one(kernels: dict, kernel: str, capability: int, dtype: str, meta: 
     return registers, stack + local, compiled.metadata.shared + static_shared
 
 
+PTX_PATTERNS = {"fma": r"\bfma\.rn\.f32\b", "mma": r"\b(?:mma\.sync|wgmma\.mma_async)\b"}
+
+
+def ptx_jobs(jobs, results) -> None:
+    """The child process of :func:`ptx_counts`: one JSON job ``[kernel, capability, dtype, meta]``
+    per line in, one JSON ``{pattern name: count in the PTX}`` per line out."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernels = jit_kernels()
+    for line in jobs:
+        kernel, capability, dtype, meta = json.loads(line)
+        fn, options = kernels[kernel], dict(meta)
+        constexprs = {p.name: options.pop(p.name) for p in fn.params if p.is_constexpr}
+        signature, attrs = _signature(fn, dtype)
+        ptx = triton.compile(ASTSource(fn, signature, constexprs, attrs),
+                             target=GPUTarget("cuda", capability, 32), options=options).asm["ptx"]
+        results.write(json.dumps({k: len(re.findall(p, ptx)) for k, p in PTX_PATTERNS.items()}) + "\n")
+        results.flush()
+
+
+PTX_CHILD = ("import os, sys; os.environ.pop('TRITON_INTERPRET', None); import triton; "
+             "from pagedlib.bench.kernels import ptx_jobs; ptx_jobs(sys.stdin, sys.stdout)")
+
+
+def ptx_counts(jobs: list[tuple]) -> list[dict]:
+    """For each ``(kernel, capability, dtype, meta)``, compiled ahead of time (no GPU needed): how
+    many fp32 fused multiply-adds (``fma``) and tensor-core instructions (``mma``) its PTX holds.
+    The PTX is one thread's code, each loop body once: ``fma * 32 * num_warps`` is the program's
+    multiply-adds per step of its loop."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(launch.__file__).parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    lines = "".join(json.dumps(list(job)) + "\n" for job in jobs)
+    done = subprocess.run([sys.executable, "-c", PTX_CHILD], input=lines, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling the kernels failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def compile_jobs(jobs, results) -> None:
     """The child process: one JSON job ``[kernel, capability, dtype, meta]`` per line in, one JSON
     ``[registers, spill_bytes, shared_bytes]`` per line out."""
