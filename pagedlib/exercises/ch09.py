@@ -15,7 +15,7 @@ from ..attention.inputs import random_paged_inputs
 from ..attention.reference import gather_kv
 from ..attention.kernels.launch import (FULL_WAVE, MAX_SPLITS, MIN_TILES_PER_SPLIT,  # the rule of choose_num_splits:
                                        WAVE_SLACK)                                  # one definition
-from . import AtLeast, Exercise
+from . import Exercise
 from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
 
 DEVICE, DTYPE = runtime.DEVICE, runtime.DTYPE
@@ -106,7 +106,7 @@ merge_partials = Exercise(
 
 
 def num_splits(programs: int, key_tiles: int, sms: int, per_sm: int) -> int:
-    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.kernels.launch.choose_num_splits``."""
+    """Splits per sequence for split-K decode, by the rule of ``launch.choose_num_splits``."""
     slots = sms * per_sm                                # one wave: every SM holds per_sm programs
     if programs >= FULL_WAVE * slots:
         return 1                                        # the single pass nearly fills a wave

@@ -17,7 +17,6 @@ import torch
 import triton
 
 from ...validation import positive_int
-from .split_k import split_bounds
 
 MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: on tensor cores the GQA group is padded to 16 query rows
 KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
