@@ -167,14 +167,17 @@ def test_neighbours_change_one_thing_each():
     cfg = launch_config(128, torch.float16, 4, H100)
     named = dict(bench.neighbours(cfg))
     assert named["chosen"] == cfg
+    knobs = {"tile": ("tile", "decode_tile"), "warps": ("num_warps", "decode_warps"), "stages": ("num_stages",)}
     for name, other in named.items():
-        changed = [f for f in LaunchConfig.__dataclass_fields__ if getattr(other, f) != getattr(cfg, f)]
-        assert len(changed) == (0 if name == "chosen" else 1), name
+        changed = {f for f in LaunchConfig.__dataclass_fields__ if getattr(other, f) != getattr(cfg, f)}
+        turned = [k for k, fields in knobs.items() if changed & set(fields)]
+        assert changed <= {f for fields in knobs.values() for f in fields}, name
+        assert len(turned) == (0 if name == "chosen" else 1), name
     if "tile / 2" in named:
-        assert named["tile / 2"].tile * 2 == cfg.tile
-    assert named["tile * 2"].tile == cfg.tile * 2
+        assert named["tile / 2"].decode_tile * 2 == cfg.decode_tile
+    assert named["tile * 2"].decode_tile == cfg.decode_tile * 2
     warps, = [other for name, other in named.items() if name.endswith(" warps")]
-    assert warps.num_warps != cfg.num_warps
+    assert warps.decode_warps != cfg.decode_warps
 
 
 @pytest.mark.parametrize("resources,verdict,code", [((96, 0, 8192), "no spills, all fit", 0),

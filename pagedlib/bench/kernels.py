@@ -259,7 +259,7 @@ def launch_meta(kernel: str, cfg: launch.LaunchConfig) -> dict:
 
 def _tile(kernel: str, cfg: launch.LaunchConfig) -> str:
     if kernel in ("decode", "split"):
-        return str(cfg.tile)
+        return str(cfg.decode_tile)
     if kernel == "prefill":
         return f"{cfg.tile_m}x{cfg.tile}"                            # new tokens x K/V tokens
     if kernel == "varlen":
@@ -323,12 +323,14 @@ def neighbours(cfg: launch.LaunchConfig) -> list[tuple[str, launch.LaunchConfig]
     """The chosen configuration and its neighbours: half and double the tile, the other warp count,
     one pipeline stage fewer and one more (those that exist)."""
     out = [("chosen", cfg)]
-    if cfg.tile > 16:
-        out.append(("tile / 2", replace(cfg, tile=cfg.tile // 2)))
-    if cfg.tile < 128:
-        out.append(("tile * 2", replace(cfg, tile=cfg.tile * 2)))
-    other = 4 if cfg.num_warps == 8 else 8
-    out.append((f"{other} warps", replace(cfg, num_warps=other)))
+    # decode runs with decode_tile and decode_warps (launch.launch_config): vary those with the rest
+    smallest = 16 if cfg.group_pad >= launch.MIN_DOT_ROWS else 1    # tl.dot wants 16; the FMA path less
+    if cfg.decode_tile > smallest:
+        out.append(("tile / 2", replace(cfg, tile=max(16, cfg.tile // 2), decode_tile=cfg.decode_tile // 2)))
+    if cfg.decode_tile < 128:
+        out.append(("tile * 2", replace(cfg, tile=cfg.tile * 2, decode_tile=cfg.decode_tile * 2)))
+    other = 4 if cfg.decode_warps == 8 else 8
+    out.append((f"{other} warps", replace(cfg, num_warps=other, decode_warps=other)))
     if cfg.num_stages > 1:
         out.append(("stages - 1", replace(cfg, num_stages=cfg.num_stages - 1)))
     out.append(("stages + 1", replace(cfg, num_stages=cfg.num_stages + 1)))
@@ -358,12 +360,12 @@ def time_neighbours(args: argparse.Namespace) -> list[dict]:
             err = (got.float() - want.float()).abs().max().item()
             ms = triton.testing.do_bench(lambda: paged_attention(*paged_args, num_splits=1, validate=False,
                                                                  config=cfg))
-            rows.append(dict(name=name, tile=cfg.tile, warps=cfg.num_warps, stages=cfg.num_stages,
+            rows.append(dict(name=name, tile=cfg.decode_tile, warps=cfg.decode_warps, stages=cfg.num_stages,
                              us=ms * 1e3, gbs=nbytes / ms / 1e6, max_err=err))
         except (OutOfResources, CompilationError) as e:                # a neighbour that does not fit
             if name == "chosen":
                 raise
-            rows.append(dict(name=name, tile=cfg.tile, warps=cfg.num_warps, stages=cfg.num_stages,
+            rows.append(dict(name=name, tile=cfg.decode_tile, warps=cfg.decode_warps, stages=cfg.num_stages,
                              us=float("nan"), gbs=float("nan"), max_err=float("nan"), error=str(e)[:60]))
         r = rows[-1]
         print(f"{r['name']:<12} {r['tile']:>5} {r['warps']:>6} {r['stages']:>7} {r['us']:>10.1f} "
