@@ -52,14 +52,20 @@ def test_every_configuration_follows_the_kernels_rules(capability, dtype):
         # the padded head dim covers the head dim, as a power of two of at least 16 (tl.dot), and no wider
         assert is_power_of_two(cfg.head_dim_pad) and cfg.head_dim_pad >= max(16, head_dim), case
         assert cfg.head_dim_pad < 2 * max(16, head_dim), case
-        # the decode tile holds the whole GQA group; tl.dot wants at least 16 rows
-        assert is_power_of_two(cfg.group_pad) and cfg.group_pad >= max(launch.MIN_DOT_ROWS, group), case
+        # the decode tile holds the whole GQA group; padded to the 16 rows tl.dot wants on tensor
+        # cores only: on CUDA cores (a T4, fp32) the padded rows would be real multiply-adds
+        tensor_cores = launch.uses_tensor_cores(dtype, capability)
+        assert is_power_of_two(cfg.group_pad) and cfg.group_pad >= group, case
+        assert cfg.group_pad < 2 * max(launch.MIN_DOT_ROWS if tensor_cores else 1, group), case
         assert cfg.group == group and cfg.head_dim == head_dim, case
         # K/V and query tiles: powers of two (tl.arange), at least 16 (tl.dot)
-        for tile in (cfg.tile, cfg.tile_m):
+        for tile in (cfg.tile, cfg.tile_m, cfg.varlen_rows):
             assert is_power_of_two(tile) and tile >= 16, case
-        # the varlen tile packs tile_q whole tokens x the group into its group_pad rows
-        assert cfg.tile_q >= 1 and cfg.tile_q * group <= cfg.group_pad, case
+        # decode's tile: the same, or (the group unpadded, below 16 rows) a power of two no larger
+        assert is_power_of_two(cfg.decode_tile) and cfg.decode_tile <= cfg.tile, case
+        assert cfg.decode_tile == cfg.tile or cfg.group_pad < launch.MIN_DOT_ROWS, case
+        # the varlen tile packs tile_q whole tokens x the group into its varlen_rows rows
+        assert cfg.tile_q >= 1 and cfg.tile_q * group <= cfg.varlen_rows, case
         assert is_power_of_two(cfg.num_warps) and 1 <= cfg.num_warps <= 32 and cfg.num_stages >= 1, case
         # fp32 keeps full precision (no TF32 rounding)
         assert (cfg.dot_precision == "ieee") == (dtype == torch.float32), case
@@ -75,7 +81,7 @@ def test_every_configuration_follows_the_kernels_rules(capability, dtype):
 def test_the_varlen_launch_packs_the_group_into_one_tile_per_kv_head(group):
     cfg = launch_config(128, torch.float16, group, H100)
     meta = launch.varlen_meta(cfg, 16)
-    assert meta["TILE_M"] == cfg.group_pad and meta["TILE_Q"] == cfg.tile_q and meta["GROUP"] == group
+    assert meta["TILE_M"] == cfg.varlen_rows and meta["TILE_Q"] == cfg.tile_q and meta["GROUP"] == group
     assert meta["TILE_Q"] * group <= meta["TILE_M"] < 2 * max(meta["TILE_Q"] * group, launch.MIN_DOT_ROWS)
     assert meta["DOT_PRECISION"] == cfg.dot_precision and meta["SPLIT_Q"] == min(launch.VARLEN_SPLIT_Q, cfg.tile_q)
     # a sequence's tiles cover its new tokens: tile_q tokens each, at most one spare per sequence but one
@@ -161,14 +167,17 @@ def test_neighbours_change_one_thing_each():
     cfg = launch_config(128, torch.float16, 4, H100)
     named = dict(bench.neighbours(cfg))
     assert named["chosen"] == cfg
+    knobs = {"tile": ("tile", "decode_tile"), "warps": ("num_warps", "decode_warps"), "stages": ("num_stages",)}
     for name, other in named.items():
-        changed = [f for f in LaunchConfig.__dataclass_fields__ if getattr(other, f) != getattr(cfg, f)]
-        assert len(changed) == (0 if name == "chosen" else 1), name
+        changed = {f for f in LaunchConfig.__dataclass_fields__ if getattr(other, f) != getattr(cfg, f)}
+        turned = [k for k, fields in knobs.items() if changed & set(fields)]
+        assert changed <= {f for fields in knobs.values() for f in fields}, name
+        assert len(turned) == (0 if name == "chosen" else 1), name
     if "tile / 2" in named:
-        assert named["tile / 2"].tile * 2 == cfg.tile
-    assert named["tile * 2"].tile == cfg.tile * 2
+        assert named["tile / 2"].decode_tile * 2 == cfg.decode_tile
+    assert named["tile * 2"].decode_tile == cfg.decode_tile * 2
     warps, = [other for name, other in named.items() if name.endswith(" warps")]
-    assert warps.num_warps != cfg.num_warps
+    assert warps.decode_warps != cfg.decode_warps
 
 
 @pytest.mark.parametrize("resources,verdict,code", [((96, 0, 8192), "no spills, all fit", 0),
@@ -218,8 +227,9 @@ def assert_fits(rows: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_the_measurement_sees_a_spill():
-    """A T4 given an H100's 64-token tile: its dots on CUDA cores need more than 255 registers."""
-    too_big = dataclasses.replace(launch_config(128, torch.float16, 4, T4), tile=64)
+    """A T4 given an H100's decode (64-token tile, the group padded to 16 rows): its dots on CUDA
+    cores need more than 255 registers."""
+    too_big = dataclasses.replace(launch_config(128, torch.float16, 4, T4), tile=64, decode_tile=64, group_pad=16)
     (registers, spills, shared), = bench.compile_resources([("decode", 75, "fp16", bench.launch_meta("decode", too_big))])
     assert registers == 255 and spills > 0
 
@@ -235,3 +245,23 @@ def test_every_launch_configuration_compiles_for_every_gpu_without_spilling_and_
     for r in rows:                                                # compiled with the launchers' own choices
         cfg = launch_config(r["head_dim"], bench.DTYPES[r["dtype"]], r["group"], divmod(r["capability"], 10))
         assert r["stages"] == cfg.num_stages or r["kernel"] in ("merge", "write", "varlen_merge"), r
+
+
+# ---- a T4 decodes without padding the group: FMA per K/V byte in the PTX -----------------------------
+def test_a_t4_decodes_the_gqa_group_without_padded_rows():
+    """On sm_75 tl.dot lowers to fused multiply-adds (no mma in the PTX), so the 16-row padding of a
+    group of 4 was 4x the work: the unpadded decode does about a quarter of the FMAs per K/V byte."""
+    cfg = launch_config(128, torch.float16, 4, T4)
+    assert cfg.group_pad == 4 and launch_config(128, torch.float16, 4, H100).group_pad == launch.MIN_DOT_ROWS
+    now = launch.decode_meta(cfg, 16)
+    padded = {**now, "GROUP_PAD": launch.MIN_DOT_ROWS, "TILE": cfg.tile, "num_warps": cfg.num_warps}   # before
+    h100 = launch.decode_meta(launch_config(128, torch.float16, 4, H100), 16)
+    new, old, hopper = bench.ptx_counts([("decode", 75, "fp16", now), ("decode", 75, "fp16", padded),
+                                         ("decode", 90, "fp16", h100)])
+
+    def fma_per_kv_byte(counts, meta):
+        kv_bytes = 2 * meta["TILE"] * meta["HEAD_DIM_PAD"] * 2                    # K and V tiles, fp16
+        return counts["fma"] * 32 * meta["num_warps"] / kv_bytes
+    assert new["mma"] == old["mma"] == 0 and hopper["mma"] > 0      # CUDA cores on a T4, mma on an H100
+    before, after = fma_per_kv_byte(old, padded), fma_per_kv_byte(new, now)
+    assert after < before / 3, (before, after)                      # 16 rows -> 4: about 4x fewer

@@ -159,6 +159,47 @@ def _compile_one(kernels: dict, kernel: str, capability: int, dtype: str, meta: 
     return registers, stack + local, compiled.metadata.shared + static_shared
 
 
+PTX_PATTERNS = {"fma": r"\bfma\.rn\.f32\b", "mma": r"\b(?:mma\.sync|wgmma\.mma_async)\b"}
+
+
+def ptx_jobs(jobs, results) -> None:
+    """The child process of :func:`ptx_counts`: one JSON job ``[kernel, capability, dtype, meta]``
+    per line in, one JSON ``{pattern name: count in the PTX}`` per line out."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernels = jit_kernels()
+    for line in jobs:
+        kernel, capability, dtype, meta = json.loads(line)
+        fn, options = kernels[kernel], dict(meta)
+        constexprs = {p.name: options.pop(p.name) for p in fn.params if p.is_constexpr}
+        signature, attrs = _signature(fn, dtype)
+        ptx = triton.compile(ASTSource(fn, signature, constexprs, attrs),
+                             target=GPUTarget("cuda", capability, 32), options=options).asm["ptx"]
+        results.write(json.dumps({k: len(re.findall(p, ptx)) for k, p in PTX_PATTERNS.items()}) + "\n")
+        results.flush()
+
+
+PTX_CHILD = ("import os, sys; os.environ.pop('TRITON_INTERPRET', None); import triton; "
+             "from pagedlib.bench.kernels import ptx_jobs; ptx_jobs(sys.stdin, sys.stdout)")
+
+
+def ptx_counts(jobs: list[tuple]) -> list[dict]:
+    """For each ``(kernel, capability, dtype, meta)``, compiled ahead of time (no GPU needed): how
+    many fp32 fused multiply-adds (``fma``) and tensor-core instructions (``mma``) its PTX holds.
+    The PTX is one thread's code, each loop body once: ``fma * 32 * num_warps`` is the program's
+    multiply-adds per step of its loop."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(launch.__file__).parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    lines = "".join(json.dumps(list(job)) + "\n" for job in jobs)
+    done = subprocess.run([sys.executable, "-c", PTX_CHILD], input=lines, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling the kernels failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def compile_jobs(jobs, results) -> None:
     """The child process: one JSON job ``[kernel, capability, dtype, meta]`` per line in, one JSON
     ``[registers, spill_bytes, shared_bytes]`` per line out."""
@@ -220,7 +261,7 @@ def launch_meta(kernel: str, cfg: launch.LaunchConfig) -> dict:
 
 def _tile(kernel: str, cfg: launch.LaunchConfig) -> str:
     if kernel in ("decode", "split"):
-        return str(cfg.tile)
+        return str(cfg.decode_tile)
     if kernel == "prefill":
         return f"{cfg.tile_m}x{cfg.tile}"                            # new tokens x K/V tokens
     if kernel == "varlen":
@@ -281,12 +322,14 @@ def neighbours(cfg: launch.LaunchConfig) -> list[tuple[str, launch.LaunchConfig]
     """The chosen configuration and its neighbours: half and double the tile, the other warp count,
     one pipeline stage fewer and one more (those that exist)."""
     out = [("chosen", cfg)]
-    if cfg.tile > 16:
-        out.append(("tile / 2", replace(cfg, tile=cfg.tile // 2)))
-    if cfg.tile < 128:
-        out.append(("tile * 2", replace(cfg, tile=cfg.tile * 2)))
-    other = 4 if cfg.num_warps == 8 else 8
-    out.append((f"{other} warps", replace(cfg, num_warps=other)))
+    # decode runs with decode_tile and decode_warps (launch.launch_config): vary those with the rest
+    smallest = 16 if cfg.group_pad >= launch.MIN_DOT_ROWS else 1    # tl.dot wants 16; the FMA path less
+    if cfg.decode_tile > smallest:
+        out.append(("tile / 2", replace(cfg, tile=max(16, cfg.tile // 2), decode_tile=cfg.decode_tile // 2)))
+    if cfg.decode_tile < 128:
+        out.append(("tile * 2", replace(cfg, tile=cfg.tile * 2, decode_tile=cfg.decode_tile * 2)))
+    other = 4 if cfg.decode_warps == 8 else 8
+    out.append((f"{other} warps", replace(cfg, num_warps=other, decode_warps=other)))
     if cfg.num_stages > 1:
         out.append(("stages - 1", replace(cfg, num_stages=cfg.num_stages - 1)))
     out.append(("stages + 1", replace(cfg, num_stages=cfg.num_stages + 1)))
@@ -316,12 +359,12 @@ def time_neighbours(args: argparse.Namespace) -> list[dict]:
             err = (got.float() - want.float()).abs().max().item()
             ms = triton.testing.do_bench(partial(paged_attention, *paged_args, num_splits=1, validate=False,
                                                  config=cfg))
-            rows.append(dict(name=name, tile=cfg.tile, warps=cfg.num_warps, stages=cfg.num_stages,
+            rows.append(dict(name=name, tile=cfg.decode_tile, warps=cfg.decode_warps, stages=cfg.num_stages,
                              us=ms * 1e3, gbs=nbytes / ms / 1e6, max_err=err))
         except (OutOfResources, CompilationError) as e:                # a neighbour that does not fit
             if name == "chosen":
                 raise
-            rows.append(dict(name=name, tile=cfg.tile, warps=cfg.num_warps, stages=cfg.num_stages,
+            rows.append(dict(name=name, tile=cfg.decode_tile, warps=cfg.decode_warps, stages=cfg.num_stages,
                              us=float("nan"), gbs=float("nan"), max_err=float("nan"), error=str(e)[:60]))
         r = rows[-1]
         print(f"{r['name']:<12} {r['tile']:>5} {r['warps']:>6} {r['stages']:>7} {r['us']:>10.1f} "

@@ -107,7 +107,7 @@ merge_partials = Exercise(
 
 
 def num_splits(programs: int, key_tiles: int, sms: int, per_sm: int) -> int:
-    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.kernels.launch.choose_num_splits``."""
+    """Splits per sequence for split-K decode, by the rule of ``launch.choose_num_splits``."""
     slots = sms * per_sm                                # one wave: every SM holds per_sm programs
     if programs >= FULL_WAVE * slots:
         return 1                                        # the single pass nearly fills a wave

@@ -360,8 +360,8 @@ def split_waves(programs: int, key_tiles: int, sms: int, splits: list[int], per_
     """Chapter 9: the programs of each split count in ``splits``, as the GPU runs them, in waves.
 
     One row per split count ``s``: ``programs * s`` programs fill waves of ``sms * per_sm`` seats
-    (``per_sm`` programs resident on each SM at a time), drawn left to right, each wave a box whose filled part is its programs; the
-    label gives the wave efficiency (``launch.wave_efficiency``). The row of the rule's choice
+    (``per_sm`` programs resident on each SM at a time), drawn left to right, each wave a box whose
+    filled part is its programs; the label gives the wave efficiency (``launch.wave_efficiency``). The row of the rule's choice
     (``launch.choose_num_splits``) is marked; counts the rule may not take (a split of fewer than
     ``MIN_TILES_PER_SPLIT`` key tiles) are grey.
     """

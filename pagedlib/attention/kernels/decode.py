@@ -58,6 +58,11 @@ def attend_tiles(q, q_pos, start, end, table_row,
     running state: unnormalised output acc [ROWS, HEAD_DIM_PAD], max m_i [ROWS], sum l_i [ROWS].
     A row that sees no key keeps m_i = -inf and l_i = 0.
 
+    With 16 rows or more the two products are ``tl.dot`` (tensor-core ``mma`` from sm_80 on, in fp16
+    and bf16). With fewer (a decode group left unpadded where dots run on CUDA cores: a T4, or fp32,
+    ``launch.launch_config``), they are a broadcast multiply and a sum: the same fused multiply-adds
+    tl.dot lowers to there, for the real rows only.
+
     ``BASE2`` (chapter 9's varlen kernel): the softmax in base 2, ``exp2`` instead of ``exp``, with
     ``log2(e)`` folded into ``scale`` by the caller; m_i is then a base-2 maximum. It is a
     compile-time switch: the kernels that leave it off compile exactly as they would without it.
@@ -80,7 +85,10 @@ def attend_tiles(q, q_pos, start, end, table_row,
         v = tl.load(value_cache + (block * stride_vb + offset * stride_vt + kv_head_v)[:, None]
                     + offs_d[None, :], mask=kv_mask, other=0.0)    # [TILE, HEAD_DIM_PAD]
 
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale   # [ROWS, TILE] fp32
+        if q.shape[0] >= 16:                                       # tl.dot: tensor cores from sm_80
+            scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale   # [ROWS, TILE] fp32
+        else:                                                      # fewer rows (CUDA cores): no padding
+            scores = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2) * scale
         visible = t_ok[None, :] & (pos[None, :] <= q_pos[:, None])               # [ROWS, TILE]
         scores = tl.where(visible, scores, float("-inf"))
 
@@ -96,7 +104,10 @@ def attend_tiles(q, q_pos, start, end, table_row,
             alpha = tl.exp(m_i - m_safe)                           # [ROWS]
             p = tl.exp(scores - m_safe[:, None])                   # [ROWS, TILE]
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        if q.shape[0] >= 16:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        else:
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         m_i = m_new
     return acc, m_i, l_i
 

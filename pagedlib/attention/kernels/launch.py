@@ -18,7 +18,7 @@ import triton
 
 from ...validation import positive_int
 
-MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: the GQA group is padded to 16 query rows
+MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: on tensor cores the GQA group is padded to 16 query rows
 KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
 CUDA_CORE_TILE = 16          # K/V tokens per step where the dots run on CUDA cores (a T4, or fp32)
 PREFILL_TILE_M = 32          # new tokens per prefill program on tensor cores ...
@@ -56,7 +56,8 @@ def pad_head_dim(head_dim: int) -> int:
 
 
 def pad_group(group: int) -> int:
-    """``GROUP_PAD``: the query rows of one GQA group, padded to a power of two of at least ``MIN_DOT_ROWS``."""
+    """The query rows of one GQA group, padded to a power of two of at least ``MIN_DOT_ROWS`` (what
+    tl.dot needs): ``GROUP_PAD`` on tensor cores, and the varlen kernel's tile everywhere."""
     return max(MIN_DOT_ROWS, triton.next_power_of_2(group))
 
 
@@ -91,7 +92,10 @@ class LaunchConfig:
     head_dim: int
     head_dim_pad: int        # HEAD_DIM_PAD
     group: int               # GROUP: query heads per KV head
-    group_pad: int           # GROUP_PAD: decode rows per program
+    group_pad: int           # GROUP_PAD: decode rows per program (the group, padded for tl.dot on tensor cores)
+    varlen_rows: int         # TILE_M of the varlen kernel: tile_q tokens x the group, at least MIN_DOT_ROWS
+    decode_tile: int         # TILE of decode and split-K: ``tile``, less where the group is unpadded
+    decode_warps: int        # their warps: ``num_warps``, or by the unpadded group's own accumulator
     tile: int                # TILE: K/V tokens per step of the loop
     tile_m: int              # TILE_M: new tokens per prefill program
     num_warps: int           # decode, split-K and prefill; merge and write_kv use COPY_WARPS
@@ -100,9 +104,9 @@ class LaunchConfig:
 
     @property
     def tile_q(self) -> int:
-        """``TILE_Q``: new tokens per program of the varlen kernel, whose packed tile has ``group_pad``
+        """``TILE_Q``: new tokens per program of the varlen kernel, whose packed tile has ``varlen_rows``
         rows, each (token, query head of the group): 16 tokens at group 1, 2 at group 8, 1 past 16."""
-        return self.group_pad // self.group
+        return self.varlen_rows // self.group
 
     @property
     def split_q(self) -> int:
@@ -110,6 +114,20 @@ class LaunchConfig:
         tokens: ``VARLEN_SPLIT_Q``, but no more than one tile holds (``tile_q``), so a split sequence
         is one tile and each of its splits one program (``varlen_grid``)."""
         return min(VARLEN_SPLIT_Q, self.tile_q)
+
+
+FMA_PRODUCT_PER_WARP = 1024  # elements of the [rows, TILE, head_dim] product one warp holds (32 a thread)
+
+
+def decode_tile(tile: int, group_pad: int, head_dim_pad: int, num_warps: int) -> int:
+    """Decode's K/V tokens per step: ``tile``, except where the group is not padded to
+    ``MIN_DOT_ROWS`` (CUDA cores): there ``attend_tiles`` multiplies a ``[rows, TILE, head_dim]``
+    product out in registers, so ``TILE`` shrinks until it fits ``FMA_PRODUCT_PER_WARP`` elements a
+    warp (8 tokens at group 4 and head_dim 128, 4 at group 8): no spill (``bench kernels --resources``)."""
+    if group_pad >= MIN_DOT_ROWS:
+        return tile
+    fits = FMA_PRODUCT_PER_WARP * num_warps // (group_pad * head_dim_pad)
+    return max(1, min(tile, 1 << (max(1, fits).bit_length() - 1)))
 
 
 def launch_config(head_dim: int, dtype: torch.dtype, group: int,
@@ -137,12 +155,19 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
     positive_int("head_dim", head_dim)
     positive_int("group (num_heads // num_kv_heads)", group)
     tensor_cores = uses_tensor_cores(dtype, capability)
-    head_dim_pad, group_pad = pad_head_dim(head_dim), pad_group(group)
+    head_dim_pad, varlen_rows = pad_head_dim(head_dim), pad_group(group)
+    # decode rows: padded to MIN_DOT_ROWS only where tl.dot runs on tensor cores; on CUDA cores the
+    # padded rows would be real multiply-adds, so the group is padded to a power of two only
+    group_pad = varlen_rows if tensor_cores else triton.next_power_of_2(group)
+    num_warps = 4 if varlen_rows * head_dim_pad <= FOUR_WARP_ACC else 8
+    decode_warps = 4 if group_pad * head_dim_pad <= FOUR_WARP_ACC else 8
     tile = kv_tile(head_dim, dtype) if tensor_cores else min(kv_tile(head_dim, dtype), CUDA_CORE_TILE)
     async_copy = capability is INTERPRETER or tuple(capability) >= (8, 0)
     return LaunchConfig(head_dim=head_dim, head_dim_pad=head_dim_pad, group=group, group_pad=group_pad,
+                        varlen_rows=varlen_rows, decode_tile=decode_tile(tile, group_pad, head_dim_pad, decode_warps),
+                        decode_warps=decode_warps,
                         tile=tile, tile_m=PREFILL_TILE_M if tensor_cores else CUDA_CORE_TILE_M,
-                        num_warps=4 if group_pad * head_dim_pad <= FOUR_WARP_ACC else 8,
+                        num_warps=num_warps,
                         num_stages=3 if async_copy else 1,
                         dot_precision="ieee" if dtype == torch.float32 else "tf32")
 
@@ -164,7 +189,8 @@ def _loop_meta(cfg: LaunchConfig, block_size: int) -> dict:
 
 def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``decode_kernel`` and ``split_kernel``."""
-    return dict(GROUP=cfg.group, GROUP_PAD=cfg.group_pad, **_loop_meta(cfg, block_size))
+    return dict(GROUP=cfg.group, GROUP_PAD=cfg.group_pad,
+                **{**_loop_meta(cfg, block_size), "TILE": cfg.decode_tile, "num_warps": cfg.decode_warps})
 
 
 def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
@@ -178,17 +204,17 @@ VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at mo
 
 
 def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
-    """Constexprs and options of ``varlen_kernel``: the packed tile is ``group_pad`` rows of
+    """Constexprs and options of ``varlen_kernel``: the packed tile is ``varlen_rows`` rows of
     ``tile_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
-    meta = dict(GROUP=cfg.group, TILE_M=cfg.group_pad, TILE_Q=cfg.tile_q, SPLIT_Q=cfg.split_q,
+    meta = dict(GROUP=cfg.group, TILE_M=cfg.varlen_rows, TILE_Q=cfg.tile_q, SPLIT_Q=cfg.split_q,
                 **_loop_meta(cfg, block_size))
-    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256 and cfg.group_pad == MIN_DOT_ROWS:
+    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256 and cfg.varlen_rows == MIN_DOT_ROWS:
         # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
         # on sm_75 and sm_80 (group 1, ``bench kernels --resources``); 4 warps hold it in about 160
         # registers with no spill. A tile of more rows (a group past 16) keeps decode's 8 warps: with
         # 4, group 32 spilled 1,144 bytes per thread on sm_90
         meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
-    elif cfg.dot_precision == "ieee" and cfg.head_dim_pad == 128 and cfg.group_pad == MIN_DOT_ROWS:
+    elif cfg.dot_precision == "ieee" and cfg.head_dim_pad == 128 and cfg.varlen_rows == MIN_DOT_ROWS:
         # fp32 at head_dim 128: with 4 warps the varlen kernel (its split programs after the tiles)
         # sat at 72 registers and spilled 8 bytes per thread on sm_75 (group 4 or 8, ``bench kernels
         # --resources``); 8 warps hold the [16, 128] fp32 tile in about 64 registers, no spill
@@ -285,16 +311,16 @@ def resident_programs(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[i
     """How many decode programs one SM holds at once (occupancy): a wave is ``sms`` times this.
 
     The tightest of the SM's limits (``SM_LIMITS``) for programs of ``cfg.num_warps`` warps,
-    ``ASSUMED_REGISTERS`` registers a thread, and the shared memory of one K and one V tile (the
+    ``ASSUMED_REGISTERS`` registers a thread, and the shared memory of one K and one V tile of ``tile`` (the
     compiled kernels allocate that plus up to a quarter more for the pipeline). 4 on a T4, an A100
     or an H100 at head_dim 128 (the resource table measures 4 there), 2 at head_dim 256.
     """
     limits = SM_LIMITS.get(None if capability is INTERPRETER else 10 * capability[0] + capability[1])
     if limits is None:
         return UNKNOWN_PER_SM
-    by_registers = limits.registers // (ASSUMED_REGISTERS * 32 * cfg.num_warps)
+    by_registers = limits.registers // (ASSUMED_REGISTERS * 32 * cfg.decode_warps)
     shared = 2 * cfg.tile * cfg.head_dim_pad * dtype.itemsize + limits.reserved_shared
-    return max(1, min(by_registers, limits.shared_per_sm // shared, limits.max_warps // cfg.num_warps,
+    return max(1, min(by_registers, limits.shared_per_sm // shared, limits.max_warps // cfg.decode_warps,
                       limits.max_programs))
 
 

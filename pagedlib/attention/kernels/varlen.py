@@ -129,7 +129,7 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
     chunk_len = tl.load(query_start_loc + seq + 1) - first_row     # this sequence's new tokens
     split_seq = (chunk_len <= SPLIT_Q) & (num_splits > 1)          # few rows: split the keys
     if (local_tile * TILE_Q >= chunk_len) | ((split > 0) & (chunk_len > SPLIT_Q)):
-        return                                                     # past the last tile, or a split of an unsplit sequence
+        return                                                     # past the last tile, or an unsplit sequence's split
     seq_len = tl.load(seq_lens + seq)
     cached = seq_len - chunk_len                                   # tokens before the chunk
 
