@@ -280,13 +280,13 @@ class Scheduler:
                 i += 1
                 continue
             decode = self._is_decode(seq)
-            try:
-                step.copies += self.block_manager.allocate_slots(seq.seq_id, seq.num_computed_tokens + n)
-            except OutOfBlocks:
+            copies = self.block_manager.allocate_slots(seq.seq_id, seq.num_computed_tokens + n)
+            if copies is None:                  # out of blocks (vLLM's allocate_slots answers None)
                 victim = next(s for s in reversed(self.running) if id(s) not in scheduled)  # the newest
                 self.preempt(victim)            # not yet scheduled (seq itself, at worst)
                 step.preempted.append(victim)
                 continue                        # retry seq, unless it was the victim
+            step.copies += copies
             self._computed(step, seq, n, decode)
             budget -= n
             i += 1
