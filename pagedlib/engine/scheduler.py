@@ -405,6 +405,15 @@ class Scheduler:
         child.status = Status.RUNNING
         self.running.append(child)
 
+    def abort(self, seq: SeqState) -> None:
+        """Drop a sequence now, running or waiting (its request was aborted): its blocks are freed at
+        once and it never runs again."""
+        if seq.status is Status.RUNNING:
+            self._leave(seq)
+        elif seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        seq.status = Status.FINISHED
+
     def finish(self, seq: SeqState) -> None:
         """A sequence is done: it leaves the batch and its blocks are freed."""
         self._leave(seq)
