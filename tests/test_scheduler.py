@@ -181,9 +181,10 @@ def test_a_prefill_takes_blocks_chunk_by_chunk_and_can_be_the_one_preempted():
 
 def test_a_long_prompt_starts_in_the_blocks_that_are_free():
     """Issue 24's reproduction: 20 blocks of 16, a running request holding 10, a 200-token prompt, a
-    budget of 64. vLLM v1 takes 4 blocks and prefills 63 tokens; the old code scheduled none of them."""
+    budget of 64. vLLM v1 takes 4 blocks and prefills 63 tokens; the old code scheduled none of them.
+    (First-chunk admission, as vLLM before #37307: the whole prompt's 13 blocks fit in the 10 free.)"""
     bm = BlockManager(num_blocks=20, block_size=16)
-    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=64)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=64, scheduler_reserve_full_isl=False)
     a, b = seqs(150, 200)
     sched.add(a)
     for _ in range(3):
@@ -362,3 +363,68 @@ def test_decode_first_never_preempts_a_decode_it_has_already_scheduled():
                 if len(seq.output) == seq.params.max_new_tokens:
                     sched.finish(seq)
     assert all(s.status is Status.FINISHED for s in todo)
+
+
+# ---- admission as vLLM's today: scheduler_reserve_full_isl (vllm-project/vllm#37307) ----------------
+def long_prompt_scene(reserve_full_isl: bool):
+    """A decoding request holds 2 of 6 blocks; a 20-token prompt (5 blocks) arrives with a budget of 4
+    tokens a step: its first chunk fits in the free blocks, its whole prompt does not."""
+    bm = BlockManager(num_blocks=6, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=4, scheduler_reserve_full_isl=reserve_full_isl)
+    (a,) = seqs(5)
+    a.params = type("P", (), {"max_new_tokens": 100})()
+    sched.add(a)
+    run_step(sched)
+    run_step(sched)
+    (b,) = seqs(20, first_id=1)
+    sched.add(b)
+    return sched, bm, a, b
+
+
+def test_full_isl_admits_only_when_the_whole_prompt_fits():
+    sched, bm, a, b = long_prompt_scene(True)
+    step = run_step(sched)
+    assert step.admitted == [] and list(sched.waiting) == [b]      # 5 blocks needed, 4 free
+    assert sched.num_preemptions == 0
+
+
+def test_first_chunk_admission_lets_a_long_prompt_in_and_it_is_preempted_mid_prefill():
+    sched, bm, a, b = long_prompt_scene(False)
+    step = run_step(sched)
+    assert step.admitted == [b]                                     # its first chunk fits
+    for _ in range(4):
+        run_step(sched)
+    assert b.num_preemptions >= 1 and a.status is Status.RUNNING    # it filled the cache mid-prefill
+
+
+def test_full_isl_counts_cache_hits():
+    bm = BlockManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    sched = Scheduler(bm, max_num_seqs=4)
+    (a,) = seqs(13)
+    sched.add(a)
+    run_step(sched)                                                 # 13 tokens: 4 blocks, 3 cached
+    (b,) = seqs(17, first_id=1)                                     # the same first 12 tokens
+    b.prompt[12:] = [50, 51, 52, 53, 54]
+    sched.add(b)
+    assert bm.num_free_blocks == 2                                  # 5 blocks, 3 of them hits held by a
+    step = run_step(sched)
+    assert b in step.admitted and b.num_cached_tokens == 12
+
+
+@pytest.mark.parametrize("reserve_full_isl", [True, False])
+def test_full_isl_counts_a_preempted_sequences_output(reserve_full_isl):
+    """A preempted sequence's whole known sequence is its prompt and its output so far."""
+    bm = BlockManager(num_blocks=4, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=4, scheduler_reserve_full_isl=reserve_full_isl)
+    (c,) = seqs(7)
+    c.output = [1, 2, 3, 4, 5, 6]                                   # 13 tokens known: 4 blocks
+    c.num_preemptions = 1
+    bm.allocate("other", [9])                                       # 3 blocks free
+    sched.add(c)
+    step = run_step(sched)
+    assert (step.admitted == [c]) is (not reserve_full_isl)
+
+
+def test_reserve_full_isl_must_be_a_bool():
+    with pytest.raises(ValueError, match="scheduler_reserve_full_isl must be True or False"):
+        Scheduler(BlockManager(4, 2), 4, scheduler_reserve_full_isl="yes")

@@ -106,7 +106,11 @@ class LLM:
     ``long_prefill_token_threshold``: the most tokens one prefill takes per step (0: no cap, as in
     vLLM); ``admission``: ``"on_demand"`` (vLLM), ``"guaranteed"`` (TensorRT-LLM's
     GUARANTEED_NO_EVICT) or ``"estimated"`` (SGLang's new_token_ratio), see
-    :mod:`pagedlib.engine.scheduler`. ``enable_prefix_caching`` with ``prefix_caching_hash``
+    :mod:`pagedlib.engine.scheduler`; ``scheduler_reserve_full_isl`` (vLLM's name and default since
+    vllm#37307, 2026): admit a waiting request only when its whole known sequence fits in the free
+    blocks (net of cache hits), though blocks are still taken chunk by chunk; ``False``: when its first
+    chunk fits, as vLLM v1 did before. ``tokenizer`` (optional): text prompts and replies, ``stop``
+    strings and :meth:`chat`. ``enable_prefix_caching`` with ``prefix_caching_hash``
     (``"blake2"``, ``"sha256"``, ``"builtin"``); a request's ``cache_salt`` keeps its blocks apart.
 
     :meth:`generate` runs a list of prompts to completion; :meth:`add_request` and :meth:`step` do
@@ -137,7 +141,7 @@ class LLM:
     def __init__(self, model: PagedModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
                  enable_prefix_caching: bool = False, max_num_batched_tokens: int | None = None, *,
                  scheduling: str = "vllm", admission: str = "on_demand", long_prefill_token_threshold: int = 0,
-                 prefix_caching_hash: str = "builtin", tokenizer=None):
+                 prefix_caching_hash: str = "builtin", scheduler_reserve_full_isl: bool = True, tokenizer=None):
         if not isinstance(model, PagedModel):
             raise TypeError(f"model must be a paged model (pagedlib.GPT2, pagedlib.Llama, or anything with "
                             f"the pagedlib.models.layers.PagedModel protocol); got {type(model).__name__}. "
@@ -149,7 +153,8 @@ class LLM:
         self.block_size = positive_int("block_size", block_size)
         self.max_num_seqs, self.max_num_batched_tokens = check_limits(max_num_seqs, max_num_batched_tokens)
         self._scheduler_options = dict(scheduling=scheduling, admission=admission,
-                                       long_prefill_token_threshold=long_prefill_token_threshold)
+                                       long_prefill_token_threshold=long_prefill_token_threshold,
+                                       scheduler_reserve_full_isl=scheduler_reserve_full_isl)
         # one more block than asked for: block 0 is the null block, never handed out
         self.block_manager = BlockManager(num_blocks + 1, block_size, enable_prefix_caching=enable_prefix_caching,
                                           null_block=True, prefix_caching_hash=prefix_caching_hash)

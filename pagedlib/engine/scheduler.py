@@ -28,11 +28,16 @@ Three orders (``scheduling``):
 
 Admission from ``waiting`` (``admission``), first come, first served: the head of the line is admitted
 while it has a seat (``max_num_seqs``, counting all ``n`` samples of a request from its admission),
-the budget lasts, the policy accepts it and the block manager has blocks for its first chunk (a
-cached prefix is reused). Nobody is admitted in a step that had to preempt, and nobody overtakes a
+the budget lasts, the policy accepts it and the block manager has the blocks (a cached prefix is
+reused). Which blocks: with ``scheduler_reserve_full_isl=True`` (the default, vLLM's
+``SchedulerConfig.scheduler_reserve_full_isl`` since vllm-project/vllm#37307, March 2026) those for
+its whole known sequence (the prompt, and the output so far of a preempted one) must be free, net of
+cache hits, though only its first chunk's are taken; ``False`` asks only for the first chunk's, as
+vLLM v1 did before (a long prompt admitted that way can fill the cache mid-prefill, be preempted and
+come back, over and over). Nobody is admitted in a step that had to preempt, and nobody overtakes a
 request that does not fit. The three policies of production engines:
 
-- ``"on_demand"`` (vLLM): no rule beyond blocks for the first chunk now; preempt when the cache runs out.
+- ``"on_demand"`` (vLLM): no rule beyond those blocks now; preempt when the cache runs out.
 - ``"guaranteed"`` (TensorRT-LLM's ``GUARANTEED_NO_EVICT`` capacity scheduler): admit only if every
   running sequence's prompt + ``max_new_tokens`` blocks and the newcomer's can all be held at once;
   then nobody is ever preempted.
@@ -199,7 +204,8 @@ class Scheduler:
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int | None = None, *, scheduling: str = "vllm",
-                 admission: str = "on_demand", long_prefill_token_threshold: int = 0):
+                 admission: str = "on_demand", long_prefill_token_threshold: int = 0,
+                 scheduler_reserve_full_isl: bool = True):
         if scheduling not in SCHEDULING_ORDERS:
             raise ValueError(f"scheduling must be one of {SCHEDULING_ORDERS}; got {scheduling!r}")
         if admission not in ADMISSION_POLICIES:
@@ -213,6 +219,9 @@ class Scheduler:
         self.scheduling = scheduling
         self.admission = admission
         self.long_prefill_token_threshold = long_prefill_token_threshold
+        if not isinstance(scheduler_reserve_full_isl, bool):
+            raise ValueError(f"scheduler_reserve_full_isl must be True or False; got {scheduler_reserve_full_isl!r}")
+        self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO     # the "estimated" policy's share
         self.waiting: deque[SeqState] = deque()
         self.running: list[SeqState] = []       # in admission order: the newest is last
@@ -302,8 +311,8 @@ class Scheduler:
                 break
             cap = self._cap(len(seq), budget)
             try:
-                cached = bm.allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap,
-                                     cache_salt=seq.cache_salt)
+                cached = bm.allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap, cache_salt=seq.cache_salt,
+                                     full_sequence_must_fit=self.scheduler_reserve_full_isl)
             except OutOfBlocks:
                 break
             self.waiting.popleft()
