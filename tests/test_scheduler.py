@@ -431,3 +431,83 @@ def test_full_isl_counts_a_preempted_sequences_output(reserve_full_isl):
 def test_reserve_full_isl_must_be_a_bool():
     with pytest.raises(ValueError, match="scheduler_reserve_full_isl must be True or False"):
         Scheduler(BlockManager(4, 2), 4, scheduler_reserve_full_isl="yes")
+
+
+# ---- admission="estimated" as SGLang runs it (issue 40, finding 3) -------------------------------
+def estimated_scene(admission):
+    """P (prompt 1), Q (prompt 3), R (prompt 1) admitted together on 8 one-token blocks; each decodes
+    one token a step (this scheduler-only test never retires them). After two steps the cache is full
+    and P, the oldest, asks first: every one of them is a candidate victim."""
+    from pagedlib.engine.scheduler import RETRACT_DECODE_STEPS  # noqa: F401  (the rule's constant)
+    bm = BlockManager(num_blocks=8, block_size=1)
+    sched = Scheduler(bm, max_num_seqs=4, admission=admission)
+    p, q, r = seqs(1, 3, 1)
+    for s in (p, q, r):
+        s.params = Params(1)
+        sched.add(s)
+    assert run_step(sched).admitted == [p, q, r]
+    run_step(sched)
+    assert bm.num_free_blocks == 0
+    return sched, p, q, r
+
+
+def test_estimated_retracts_in_sglangs_order_until_the_survivors_have_room():
+    sched, p, q, r = estimated_scene("estimated")
+    step = run_step(sched)
+    # fewest outputs first (all have 2), then the longest prompt: Q; then more while the free blocks
+    # hold fewer than 20 tokens per survivor, never the last: R too
+    assert step.preempted == [q, r] and sched.running == [p]
+    assert sched.new_token_ratio == 1.0             # (2 decoded + 20 steps for P) / 1 max_new_tokens
+
+
+def test_on_demand_preempts_the_newest_only():
+    sched, p, q, r = estimated_scene("on_demand")
+    step = run_step(sched)
+    assert step.preempted == [r] and sched.running == [p, q]
+
+
+def test_estimated_ratio_decays_every_step_without_a_retraction_to_its_floor():
+    from pagedlib.engine.scheduler import INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY
+    sched = Scheduler(BlockManager(num_blocks=100, block_size=4), max_num_seqs=2, admission="estimated")
+    (a,) = seqs(3)
+    a.params = Params(50)
+    sched.add(a)
+    for k in range(1, 6):
+        run_step(sched)
+        assert sched.new_token_ratio == pytest.approx(INIT_NEW_TOKEN_RATIO - k * NEW_TOKEN_RATIO_DECAY)
+    sched.new_token_ratio = MIN_NEW_TOKEN_RATIO + NEW_TOKEN_RATIO_DECAY / 2
+    run_step(sched)
+    assert sched.new_token_ratio == MIN_NEW_TOKEN_RATIO
+
+
+def test_estimated_admission_waits_for_the_decay():
+    """A newcomer refused while the running sequence is charged 0.7 of its remaining tokens is admitted
+    once the ratio has decayed enough; without the decay it would wait for good."""
+    sched = Scheduler(BlockManager(num_blocks=1100, block_size=1), max_num_seqs=2, admission="estimated")
+    (a, b) = seqs(10, 10)
+    a.params, b.params = Params(1000), Params(400)
+    sched.add(a)
+    assert run_step(sched).admitted == [a]         # charged 10 + 1000 tokens
+    sched.add(b)            # 11 + 0.7 * 999 + 410 > 1100 blocks; 50 steps later 61 + 0.65 * 949 + 410 fits
+    waited = 0
+    while b.status is Status.WAITING and waited < 400:
+        run_step(sched)
+        waited += 1
+    assert b.status is Status.RUNNING and 10 < waited < 100
+
+
+def test_estimated_charges_the_prompt_minus_its_cached_prefix_and_clips_max_new_tokens():
+    bm = BlockManager(num_blocks=300, block_size=16, enable_prefix_caching=True)
+    sched = Scheduler(bm, max_num_seqs=4, admission="estimated")
+    (big,) = seqs(10)
+    big.params = Params(100_000)                    # charged min(100000, 4096) + 10 tokens: 257 blocks
+    assert sched.can_admit(big)
+    (a,) = seqs(33 * 16 + 1)
+    a.params = Params(1)
+    sched.add(a)
+    run_step(sched)                                 # 33 full blocks cached, 34 held
+    (b,) = seqs(33 * 16 + 1, first_id=1)
+    b.params = Params(4096)
+    # cached prefix not charged: 1 + 4096 tokens = 257 blocks; the whole prompt would be 290
+    assert sched.estimated_blocks + 257 <= 300 < sched.estimated_blocks + 290
+    assert sched.can_admit(b)
