@@ -309,9 +309,15 @@ class BlockManager:
         seq = self._seqs.get(seq_id) or self._seq(seq_id, "append")
         have = seq.num_tokens
         if have % self.block_size == 0:            # last block full (or none): grow by one block
-            if not self._fresh and not self._cached_free:
+            fresh = self._fresh
+            if fresh:                              # usually: an uncached free block
+                b = fresh.popleft()
+                self.blocks[b].ref_count = 1
+                seq.table.append(b)
+            elif self._cached_free:
+                seq.table += self._take(1)
+            else:
                 raise self._out_of_blocks(seq_id, "append")
-            seq.table += self._take(1)
         elif self.blocks[seq.table[-1]].ref_count > 1:   # shared, partly filled: copy on write
             copies = self.allocate_slots(seq_id, have + 1)
             if copies is None:
@@ -560,14 +566,20 @@ class BlockManager:
         and its parent's content, not only its name."""
         if not self.enable_prefix_caching:
             return [], []
-        bs, h, lookup = self.block_size, self._hash, self._lookup
+        bs, h, cache = self.block_size, self._hash, self._cache
         hashes, hits, parent, key = [], [], self._root(salt), self._root_key(salt)
         for i in range((len(tokens) - 1) // bs):      # leave the last token to be recomputed
             block = tuple(tokens[i * bs:(i + 1) * bs])
             parent = h(parent, block)
             hashes.append(parent)
-            hit = lookup(parent, block, key)
+            hit = cache.get(parent)
             if hit is None:
+                break
+            if type(hit) is not Block:                # several blocks under this name
+                hit = self._lookup(parent, block, key)
+                if hit is None:
+                    break
+            elif hit.parent != key or hit.tokens != block:
                 break
             hits.append(hit)
             key = hit.serial
@@ -618,13 +630,15 @@ class BlockManager:
         collide."""
         if block.name is not None:                  # a hit being committed again: nothing new
             return block.serial
-        twin = self._lookup(name, tokens, parent)
         block.name, block.tokens, block.parent = name, tokens, parent
-        block.serial = twin.serial if twin is not None else next(self._serials)
         found = self._cache.get(name)
-        if found is None:
+        if found is None:                           # usually: a name not cached yet
+            block.serial = next(self._serials)
             self._cache[name] = block
-        elif isinstance(found, Block):
+            return block.serial
+        twin = self._lookup(name, tokens, parent)
+        block.serial = twin.serial if twin is not None else next(self._serials)
+        if isinstance(found, Block):
             self._cache[name] = {found.block_id: found, block.block_id: block}
         else:
             found[block.block_id] = block
