@@ -1,7 +1,8 @@
 # Paged attention from scratch: two commands do everything.
 #   make test   unit tests + every notebook under nbval (stored outputs must be current)
 #   make book   the static website, built strictly, into _build/html
-#   make unit   the quick loop: unit tests without the slow ones (about a minute on 2 cores)
+#   make unit   the quick loop: ruff check, then unit tests without the slow ones (about a minute on 2 cores)
+#   make test-clean  make test with every per-user cache in empty folders (as on a new machine; CI)
 #   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
 #   make peer-record  chapter 10's pagedlib vs transformers record (about 25 minutes, a quiet machine)
 # Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
@@ -22,7 +23,7 @@ export OMP_NUM_THREADS ?= 1
 # the compile options and Triton's own code (triton/runtime/cache.py): anything changed compiles afresh.
 export TRITON_CACHE_DIR ?= $(HOME)/.triton/cache
 
-.PHONY: test book lab serve notebooks unit nbval browser drift peer-record clean
+.PHONY: test test-clean lint book lab serve notebooks unit nbval browser drift peer-record clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,15 +35,25 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# The browser tests need Debian's Chromium (`apt-get install chromium`); without it they are reported
+# as skipped with that line. `make test` installs nothing system-wide: .ci/run does, as CI set-up.
 test: $(STAMP)
-	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -n $(JOBS) --dist loadfile tests notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600
 
 # the quick loop: every test but the slow ones (browser, notebook runs, fresh venvs, subprocesses,
 # ahead-of-time compiles, long interpreter grids)
-unit: $(STAMP)
+unit: lint
 	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
+
+# pyflakes and bugbear rules (pyproject.toml's [tool.ruff])
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# `make test` as on a machine that never ran the course (scripts/with_empty_caches.sh): no cache left
+# here (the converted model, compiled kernels, font lists) can make it pass
+test-clean: $(STAMP)
+	bash scripts/with_empty_caches.sh $(MAKE) test
 
 nbval: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile notebooks --nbval \

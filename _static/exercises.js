@@ -372,10 +372,37 @@
       return `${what} ${short(v)}, a float; expected an int. \`/\` always gives a float: use \`//\` ` +
         "(which rounds down) or round the result yourself.";
     }
+    if (numberAsked && got === "str" && v.str.trim().endsWith("%")) {
+      const share = kinds.includes("float") ? " (a share as a fraction: 25% is 0.25)" : "";
+      return `${what} the text ${short(v)}, a str; expected ${want}: write the number itself, without ` +
+        `quotes or a % sign${share}.`;
+    }
     if (numberAsked && got === "str") {
       return `${what} the text ${short(v)}, a str; expected ${want}: write the number itself, without quotes.`;
     }
     return `${what} ${short(v)}, ${article(got)}; expected ${want}.`;
+  }
+
+  /** The first item written as text where the answer has a number (pagedlib's _wrong_item_type). */
+  function wrongItemType(a, e, path = "") {
+    if (!(isSeq(a) && isSeq(e)) || items(a).length !== items(e).length) return null;
+    const xs = items(a), ys = items(e);
+    for (let i = 0; i < xs.length; i++) {
+      const where = `${path}[${i}]`;
+      if (isNum(ys[i]) && "str" in xs[i]) {
+        return `item ${where} is the text ${short(xs[i], 40)}, a str; expected ` +
+          `${isInt(ys[i]) ? "an int" : "a number"} there: write the number itself, without quotes.`;
+      }
+      const inner = wrongItemType(xs[i], ys[i], where);
+      if (inner) return inner;
+    }
+    return null;
+  }
+
+  /** `text` as a sentence: its first letter a capital (pagedlib.exercises.sentence). */
+  function sentence(text) {
+    const first = text.slice(0, 1);
+    return first !== first.toUpperCase() ? first.toUpperCase() + text.slice(1) : text;
   }
 
   /** {state, message} for `answer` (a tagged value) against `spec` (answers.answer_spec's JSON). */
@@ -385,14 +412,16 @@
       ignore_case: spec.ignore_case };
     const kinds = allowedKinds(spec.expected);
     if (!hasKind(answer, kinds)) return { state: "incorrect", message: oneLine(wrongType(answer, kinds), 400) };
+    const slip = wrongItemType(answer, spec.expected);
+    if (slip) return { state: "incorrect", message: oneLine(`your answer is ${short(answer)}: ${slip}`, 400) };
     if (valuesEqual(answer, spec.expected, ctx)) return { state: "correct", message: oneLine(spec.why, 400) };
     const base = `${short(answer)} is not right.`;
     for (const [matcher, message] of spec.mistakes) {
       let hit = false;
       try { hit = match(matcher, answer, ctx); } catch (err) { hit = false; }
-      if (hit) return { state: "incorrect", message: oneLine(`${base} ${message}`, 400) };
+      if (hit) return { state: "incorrect", message: oneLine(`${base} ${sentence(message)}`, 400) };
     }
-    return { state: "incorrect", message: oneLine(`${base} ${fallback}`, 400) };
+    return { state: "incorrect", message: oneLine(`${base} ${sentence(fallback)}`, 400) };
   }
 
   /** The verdict for the text a reader typed. */

@@ -9,8 +9,11 @@ module                          idea                                            
                                 and the torch / triton / numpy combinations
 ``claims``                      claims that say which setting changed when they     every
                                 fail
+``facts``                       facts about production engines, each written once   every
+                                with its source, version and date
 ``validation``                  what counts as an integer argument; ``cdiv``        -
 ``lazy``                        submodules loaded on first use                      -
+``output``                      HTML in a notebook, text elsewhere; ``show_table``  every
 ``memory.capacity``             KV bytes per token, reserve-max vs paged plans,     1, 2, 4, 12
                                 GPUs
 ``memory.allocators``           the naive contiguous allocators and their waste     2, 3
@@ -23,6 +26,8 @@ module                          idea                                            
                                 number they are launched with
 ``attention.triton_backend``    the kernels' launchers and the Triton backend       8, 9, 10
 ``attention.torch_backend``     the whole batch in PyTorch (the CPU backend)        10
+``attention.metadata``          ``PagedBatch``: what one forward pass's attention   10
+                                needs (the engine builds it)
 ``attention.backend``           the backend interface and the choice of one         10
 ``models.layers``               KV cache, paged attention layer, model protocol     10
 ``models.gpt2``                 GPT-2 on the paged cache                            10
@@ -33,7 +38,8 @@ module                          idea                                            
                                 135M-Instruct from the package index)
 ``engine.scheduler``            continuous batching: token budget, chunked          10, 11
                                 prefill, preemption
-``engine.batch``                one step's tokens as one flat ``PagedBatch``        10
+``engine.batch``                ``build_batch``: one step's tokens as one flat      10
+                                ``PagedBatch``
 ``engine.sampling``             ``SamplingParams``, greedy and sampled tokens       10
 ``engine.metrics``              the engine's records: steps and requests            10, 11
 ``engine.llm``                  ``LLM``: a small serving engine                     10, 11
@@ -51,9 +57,8 @@ without CUDA) and loads every other module on first use.
 """
 from __future__ import annotations
 
-import importlib
-
 from . import runtime
+from .lazy import lazy_submodules
 from .runtime import DEVICE, DTYPE, env_report, print_env
 
 __version__ = "0.1.0"
@@ -62,7 +67,6 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # memory
     "blocks_for": "memory.capacity", "reserve_max_plan": "memory.capacity", "paged_plan": "memory.capacity",
-    "pages_for": "memory.capacity",    # blocks_for's alias, under chapter 4's first word for a block
     "Plan": "memory.capacity", "ModelSpec": "memory.capacity", "MODELS": "memory.capacity",
     "GPUS": "memory.capacity", "blocks_for_gpu": "memory.capacity", "requests_that_fit": "memory.capacity",
     "ReserveMaxAllocator": "memory.allocators", "FirstFitAllocator": "memory.allocators",
@@ -71,31 +75,20 @@ _EXPORTS = {
     "paged_attention_ref": "attention.reference", "paged_prefill_ref": "attention.reference",
     "paged_attention": "attention.triton_backend", "paged_prefill": "attention.triton_backend",
     "write_kv": "attention.triton_backend", "paged_attention_varlen": "attention.triton_backend",
+    "PagedBatch": "attention.metadata",
     # models
     "KVCache": "models.layers", "PagedModel": "models.layers", "GPT2": "models.gpt2", "Llama": "models.llama",
     "from_hf": "models.loading", "from_pretrained": "models.loading",
     "load_smollm2": "models.smollm2",
     # engine
-    "PagedBatch": "engine.batch", "Scheduler": "engine.scheduler", "LLM": "engine.llm",
+    "Scheduler": "engine.scheduler", "LLM": "engine.llm",
     "SamplingParams": "engine.sampling", "ReserveMaxLLM": "engine.baseline",
     # claims
     "claim": "claims",
 }
-_SUBMODULES = {"runtime", "claims", "validation", "memory", "attention", "models", "engine", "sim", "plots",
-               "widgets", "exercises", "bench"}
+_SUBMODULES = {"runtime", "claims", "facts", "validation", "output", "memory", "attention", "models", "engine",
+               "sim", "plots", "widgets", "exercises", "bench"}
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'pagedlib' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+__getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES, exports=_EXPORTS)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping
 
+from .output import display_or_print
+
 __all__ = ["claim", "ClaimFailed"]
 
 
@@ -67,13 +69,5 @@ def claim(holds: bool, text: str, *, settings: Mapping[str, Any], defaults: Mapp
                      for name, (old, new) in changed.items())
     note = ClaimNote(f"Note: the claim \"{text}\" holds for the chapter's settings, not for yours: {what}. "
                      "That is expected when you explore; restore the settings to see it hold again.")
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-        if get_ipython() is not None:
-            display(note)
-            return False
-    except ImportError:
-        pass
-    print(note)
+    display_or_print(note, str(note))
     return False

@@ -19,13 +19,13 @@ import importlib.metadata
 import os
 import platform
 import functools
-import re
 import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 import torch
+from packaging.version import InvalidVersion, Version
 
 HAS_CUDA: bool = torch.cuda.is_available()
 
@@ -94,11 +94,12 @@ RULES: tuple[Rule, ...] = (
 
 
 def release(version: str) -> tuple[int, ...]:
-    """The numeric release of a version string: ``"3.7.1+git1a2b"`` -> ``(3, 7, 1)``."""
-    match = re.match(r"\d+(\.\d+)*", version)
-    if match is None:
-        raise ValueError(f"version must start with digits like '3.7.1'; got {version!r}")
-    return tuple(int(part) for part in match.group(0).split("."))
+    """The numeric release of a version string (PEP 440, read by ``packaging``): ``"3.7.1+git1a2b"``
+    -> ``(3, 7, 1)``."""
+    try:
+        return Version(version).release
+    except InvalidVersion:
+        raise ValueError(f"version must start with digits like '3.7.1'; got {version!r}") from None
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def applies(rule: Rule, versions: Versions) -> bool:
 def explain(rule: Rule, versions: Versions) -> str:
     """The message a learner reads: the versions, what goes wrong, and the fix."""
     mix = f"triton {versions.triton}" + (f" with numpy {versions.numpy}" if rule.numpy != (None, None)
-                                          else f" on a GPU of compute capability 7.5")
+                                          else " on a GPU of compute capability 7.5")
     return f"{mix}: {rule.problem}. Fix: `{rule.fix}`, {RESTART}."
 
 

@@ -1,32 +1,41 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, in one run: the kernel grid and the engine compiled natively, the
-# attention benchmark (time, bandwidth, fraction of peak, vs SDPA), the one kernel for every step
-# (paged_attention_varlen) against the separate kernels and the price of paging with it, the decode
-# bandwidth of the chosen launch configuration next to its neighbours (and the resource table it was
-# chosen from), the GPU record chapters 8 and 9 show without a GPU (pagedlib/data/gpu_record.json), and
-# the GPU chapters executed.
-# Uses the python on PATH, which must already have CUDA torch and triton (Colab does):
-#   pip install -e . --no-deps && bash scripts/gpu_check.sh [OUT_DIR]
+# The GPU record in one prepared run: every measurement of `python -m pagedlib.bench gpu_record`
+# (kernel grid in fp16/bf16 against the reference, decode bandwidth against HBM peak, split-K counts
+# against the single pass, block sizes, the price of paging, the one varlen kernel against the
+# separate ones, the engine against transformers' continuous batching), each section within its own
+# time budget (about 8 minutes in all on an H200), the record rewritten after every section.
+#
+# Uses $PYTHON (default python3) as it is (its torch, triton and transformers; nothing is installed):
+#   bash scripts/gpu_check.sh [OUT_DIR]            # on a CUDA GPU: writes OUT_DIR/gpu_record.json
+#   bash scripts/gpu_check.sh --dry-run [OUT_DIR]  # rehearsal on a CPU: interpreter, tiny sizes
+# Then copy OUT_DIR/gpu_record.json to pagedlib/data/gpu_record.json and commit it.
+# Writes two files: gpu_record.json and gpu_check.log. GROUPS_OF_SECTIONS='--sections engine;...' measures
+# only some sections, each group in a process of its own.
 set -euo pipefail
+PYTHON=${PYTHON:-python3}   # the python that has torch and triton (on the GPU machine: python3)
 cd "$(dirname "$0")/.."
+dry=()
+if [[ "${1:-}" == "--dry-run" ]]; then dry=(--dry-run); shift; fi
+# GROUPS (optional): groups of options, separated by ';', each run as one process
+IFS=';' read -r -a groups <<< "${GROUPS_OF_SECTIONS:---sections chapters correctness bandwidth;--sections splits --split-contexts 1024 4096 16384;--sections splits --split-contexts 32768;--sections block_size paging varlen;--sections engine}"
 out=${1:-gpu_check}
 mkdir -p "$out"
-python -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU: nothing to check'"
-python -c "import pagedlib; pagedlib.print_env()" | tee "$out/env.txt"
-python -m pytest -q -p no:cacheprovider tests/test_attention.py tests/test_varlen_attention.py tests/test_torch_backend.py \
-    tests/test_attention_errors.py tests/test_kernel_resources.py tests/test_model.py tests/test_engine.py \
-    2>&1 | tee "$out/tests.txt"
-python -m pagedlib.bench attention --out "$out/bench_attention" 2>&1 | tee "$out/bench_attention.txt"
-python -m pagedlib.bench attention --varlen --out "$out/bench_attention" 2>&1 | tee "$out/bench_varlen.txt"
-# launch configuration: chosen vs neighbours (tile / 2, tile * 2, other warps, stages -1/+1), per head_dim
-for head_dim in 64 128 256; do
-    python -m pagedlib.bench kernels --head-dim "$head_dim" 2>&1 | tee -a "$out/bench_kernels.txt"
-done
-python -m pagedlib.bench kernels --resources 2>&1 | tee "$out/kernel_resources.txt"
-# the record chapters 8 and 9 show when run without a GPU (commit it: pagedlib/data/gpu_record.json)
-python -m pagedlib.bench gpu_record 2>&1 | tee "$out/gpu_record.txt"
-cp pagedlib/data/gpu_record.json "$out/"
-for nb in notebooks/08_triton_kernel.ipynb notebooks/09_faster_kernels.ipynb notebooks/10_serving_engine.ipynb; do
-    cp "$nb" "$out/"
-    python scripts/execute_notebooks.py "$out/$(basename "$nb")" 2>&1 | tee -a "$out/notebooks.txt"
-done
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [[ ${#dry[@]} -eq 0 ]]; then
+    "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: use --dry-run')"
+fi
+{
+    "$PYTHON" -c "import pagedlib; pagedlib.print_env()" || true
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv || true
+    # each group of sections in a process of its own: a GPU fault (an illegal address leaves the
+    # process's CUDA context unusable) costs that group only; the parts are combined at the end
+    parts="$out/parts"; mkdir -p "$parts"
+    i=0
+    for group in "${groups[@]}"; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086
+        "$PYTHON" -m pagedlib.bench gpu_record "${dry[@]}" $group --out "$parts/part$i.json" \
+            || echo "gpu_check: the group '$group' failed (its part keeps what it measured)"
+    done
+    "$PYTHON" -m pagedlib.bench gpu_record --combine "$parts"/part*.json --out "$out/gpu_record.json"
+} 2>&1 | tee "$out/gpu_check.log"

@@ -13,7 +13,8 @@ This script rewrites, in every `notebooks/*.ipynb`:
   the exercise registry (``Exercise.help_html``), so the site and the notebook never disagree.
 
 and the README's chapter table (between its ``<!-- chapters -->`` markers), one row per notebook with
-its Colab badge in that row.
+its Colab badge in that row, and the list of every fact in book/references.md (between its
+``<!-- facts -->`` markers).
 
     python scripts/sync_notebooks.py          # rewrite
     python scripts/sync_notebooks.py --check  # list drift, exit 1 if any (used by the tests)
@@ -114,6 +115,7 @@ def sync(nb_path: Path, write: bool) -> list[str]:
             drift.append(f"metadata {key!r} should be {value!r}")
             nb.metadata[key] = value
     drift += sync_exercise_help(nb)
+    drift += sync_production_box(nb_path, nb)
     if drift and write:
         nbformat.write(nb, nb_path)
     return drift
@@ -267,6 +269,45 @@ def chapter_facts(nb_path: Path, nb) -> str | None:
 README_START, README_END = "<!-- chapters: written by scripts/sync_notebooks.py -->", "<!-- /chapters -->"
 
 
+def sync_production_box(nb_path: Path, nb) -> list[str]:
+    """Write the chapter's "In production today" box from pagedlib.facts; return the drift found."""
+    from pagedlib import facts
+    chapter = nb_path.name[:2]
+    if chapter not in facts.BOXES:
+        return []
+    marked = [cell for cell in nb.cells if cell.cell_type == "markdown" and facts.BOX_START in cell.source]
+    if len(marked) != 1:
+        return [f"{len(marked)} 'In production today' boxes (want one, marked {facts.BOX_START!r})"]
+    cell = marked[0]
+    start = cell.source.index(facts.BOX_START)
+    end = cell.source.find(facts.BOX_END, start)
+    if end < 0:
+        return [f"the 'In production today' box has no end marker {facts.BOX_END!r}"]
+    new = cell.source[:start] + facts.render_box(chapter) + cell.source[end + len(facts.BOX_END):]
+    if new == cell.source:
+        return []
+    cell.source = new
+    return ["'In production today' box differs from pagedlib/facts.py"]
+
+
+def sync_references(write: bool) -> list[str]:
+    """Write the list of every fact into book/references.md, between its <!-- facts --> markers."""
+    from pagedlib import facts
+    path = ROOT / "book" / "references.md"
+    text = path.read_text()
+    start, end = "<!-- facts: written by scripts/sync_notebooks.py from pagedlib/facts.py -->", "<!-- /facts -->"
+    if start not in text or end not in text:
+        return [f"book/references.md has no {start!r} ... {end!r} markers"]
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    new = f"{head}{start}\n{facts.render_list()}\n{end}{tail}"
+    if new == text:
+        return []
+    if write:
+        path.write_text(new)
+    return ["book/references.md: the list of facts differs from pagedlib/facts.py"]
+
+
 def readme_table() -> str:
     rows = ["| # | Chapter | Colab |", "|---|---------|-------|"]
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
@@ -299,7 +340,7 @@ def main(argv: list[str]) -> int:
         if drift:
             bad += 1
             print(f"{path.relative_to(ROOT)}: " + "; ".join(drift))
-    readme = sync_readme(write=not check)
+    readme = sync_readme(write=not check) + sync_references(write=not check)
     if readme:
         bad += 1
         print("; ".join(readme))

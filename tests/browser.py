@@ -1,198 +1,138 @@
-"""A tiny Chrome DevTools Protocol client for the browser tests (test_try_paging.py, test_site.py).
+"""The browser tests' driver (test_try_paging.py, test_site.py, test_exercise_boxes.py): Playwright
+for Python driving Debian's Chromium (``/usr/bin/chromium``, no browser download).
 
-Debian's headless Chromium (``bash scripts/ensure_chromium.sh``) is driven over its DevTools websocket
-with ``websocket-client``: no driver, no extra package. ``Chromium.call`` sends one protocol command;
-console messages, exceptions and network events are kept in ``Chromium.events`` for the tests to read.
+``open_browser`` launches it and gives a :class:`Chromium`: one page at a time, with the few verbs the
+tests use (open, js, click, key, type_text, viewport, screenshot) on top of Playwright's page, its
+auto-waiting locators (a click waits until the element is visible, stable and enabled) and its
+events (console messages, uncaught exceptions, requests and failed loads, kept in ``Chromium.log``).
+``Chromium.page`` is the Playwright page itself, for anything else.
+
+Without Chromium the browser tests are reported as skipped, with the line that installs it;
+``.ci/run`` installs it and sets ``PAGEDLIB_REQUIRE_BROWSER=1``, so in CI a missing browser fails.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
-import itertools
-import json
+import os
 import shutil
-import subprocess
-import tempfile
-import time
-import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import websocket
+import pytest
+from playwright.sync_api import sync_playwright
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
-                  "--remote-debugging-port=0", "--window-size=1100,900"]
-# Console errors that Jupyter Book 1.x's theme stack prints on EVERY page of the book, whatever the page
-# holds; they are not this widget's. Each is matched exactly; anything else fails the test.
-#  - Sphinx 7.4 writes inline scripts that extensions add after the builder starts twice, so
-#    sphinx-thebe's `const THEBE_JS_URL = ...` is declared twice (a SyntaxError in the page's <head>).
-#  - pydata-sphinx-theme logs "Got invalid theme mode" on a first visit (empty localStorage) unless
-#    `html_context: {default_mode: auto}` is set.
-THEME_NOISE: tuple[str, ...] = ()  # the book's config fixes the theme's own console errors
-KEYS = {"ArrowRight": 39, "ArrowLeft": 37, "ArrowUp": 38, "ArrowDown": 40, "Home": 36, "End": 35,
-        "Tab": 9, "Enter": 13, " ": 32}
+INSTALL = "apt-get install chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-extensions", "--hide-scrollbars", "--mute-audio"]
+# Console errors that the book's theme prints on EVERY page whatever the page holds (none today:
+# the book's config fixes them); each is matched exactly, anything else fails the test.
+THEME_NOISE: tuple[str, ...] = ()
+KEYS = {" ": "Space"}             # key names as the old driver spelt them -> Playwright's
+
+
+@dataclass
+class Log:
+    """What the page reported since it was opened."""
+    console: list[dict] = field(default_factory=list)     # {"type", "text", "url"}
+    exceptions: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)      # {"url", "error", "type"}
 
 
 class Chromium:
-    """One headless Chromium with one page, driven over the DevTools protocol.
+    """One headless Chromium with one page at a time. A change between phone (``mobile=True``) and
+    desktop emulation needs a new browser context: the address shown is opened again in it, unless
+    ``open`` names another one first."""
 
-    ``call(method, **params)`` sends a command and returns its result; events that arrive meanwhile
-    are kept in ``events`` (console messages, exceptions, network requests).
-    """
+    def __init__(self, browser):
+        self.browser = browser
+        self.context = self.page = None
+        self.mobile = None
+        self.pending: str | None = None         # an address to open again in a new context
+        self.log = Log()
+        self._new_page(1100, 900, mobile=False)
 
-    def __init__(self, binary: str, profile: Path):
-        self.proc = subprocess.Popen([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not port_file.exists() or not port_file.read_text().strip():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
-                self.close()
-                raise RuntimeError(f"chromium did not start its DevTools endpoint: {err[-2000:]}")
-            time.sleep(0.05)
-        port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
-            targets = [t for t in json.load(reply) if t["type"] == "page"]
-        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=30,
-                                              suppress_origin=True)
-        self.ids = itertools.count(1)
-        self.events: list[dict] = []
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.call(f"{domain}.enable")
+    def _new_page(self, width: int, height: int, mobile: bool) -> None:
+        url = self.pending or (self.page.url if self.page is not None else "about:blank")
+        if self.context is not None:
+            self.context.close()
+        self.context = self.browser.new_context(viewport={"width": width, "height": height},
+                                                device_scale_factor=1, is_mobile=mobile, has_touch=mobile)
+        self.mobile = mobile
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        page, log = self.page, lambda: self.log
+        page.on("console", lambda m: log().console.append(
+            {"type": m.type, "text": m.text, "url": (m.location or {}).get("url", "")}))
+        page.on("pageerror", lambda e: log().exceptions.append(f"{e.name}: {e.message}"))
+        page.on("request", lambda r: log().requests.append(r.url))
+        page.on("requestfailed", lambda r: log().failed.append(
+            {"url": r.url, "error": r.failure, "type": r.resource_type}))
+        self.pending = url if url != "about:blank" else None
 
-    def call(self, method: str, **params) -> dict:
-        msg_id = next(self.ids)
-        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == msg_id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method} failed: {msg['error']}")
-                return msg.get("result", {})
-            if "method" in msg:
-                self.events.append(msg)
-
-    def wait_for_event(self, method: str, timeout: float = 30, since: int | None = None) -> dict:
-        """Wait for the next ``method`` event; with ``since``, one already among events[since:]
-        counts too (for an event that a command's own reply may have overtaken)."""
-        deadline = time.monotonic() + timeout
-        seen = len(self.events) if since is None else since
-        while time.monotonic() < deadline:
-            for event in self.events[seen:]:
-                if event["method"] == method:
-                    return event
-            seen = len(self.events)
-            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
-            msg = json.loads(self.ws.recv())
-            if "method" in msg:
-                self.events.append(msg)
-        raise TimeoutError(f"no {method} within {timeout} s")
+    def _ready(self):
+        if self.pending is not None:
+            self.open(self.pending)
+        return self.page
 
     def open(self, url: str) -> None:
-        self.events.clear()
-        self.call("Page.navigate", url=url)
-        self.wait_for_event("Page.loadEventFired")
+        """Go to ``url`` and wait for its load event; the log starts afresh."""
+        self.pending = None
+        self.log = Log()
+        self.page.goto(url, wait_until="load")
 
     def js(self, expression: str):
-        """Evaluate JavaScript in the page; returns its value (must be JSON-serialisable)."""
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"JavaScript error in {expression!r}: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def key(self, key: str) -> None:
-        """Press and release one key, as a keyboard would (it goes to the focused element)."""
-        code = {" ": "Space"}.get(key, key)
-        common = {"key": key, "code": code, "windowsVirtualKeyCode": KEYS[key],
-                  "nativeVirtualKeyCode": KEYS[key]}
-        down = {"type": "keyDown", **common}
-        if key in ("Enter", " "):
-            down.update(text="\r" if key == "Enter" else " ")
-        self.call("Input.dispatchKeyEvent", **down)
-        self.call("Input.dispatchKeyEvent", type="keyUp", **common)
-
-    def type_text(self, text: str) -> None:
-        self.call("Input.insertText", text=text)
+        """Evaluate JavaScript in the page (an expression or statements; a promise is awaited) and
+        return its value."""
+        return self._ready().evaluate(expression)
 
     def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element, once it has stopped moving (a smooth
-        scroll or a sliding sidebar would otherwise move it between measuring and clicking)."""
-        where = f"""new Promise(done => requestAnimationFrame(() => {{
-            const e = document.querySelector({json.dumps(selector)});
-            if (!e) {{ done(null); return; }}
-            e.scrollIntoView({{block: 'center', behavior: 'instant'}}); const r = e.getBoundingClientRect();
-            done([r.x + r.width / 2, r.y + r.height / 2]); }}))"""
-        box, deadline = self.js(where), time.monotonic() + 5
-        if box is None:
-            raise RuntimeError(f"nothing on the page matches {selector!r}")
-        while time.monotonic() < deadline:
-            again = self.js(where)
-            if again == box:
-                break
-            box = again
-            time.sleep(0.05)
-        for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+        """A real mouse click on the first element ``selector`` matches, once it is visible, stable
+        and enabled (Playwright's actionability checks)."""
+        self._ready().locator(selector).first.click()
+
+    def click_to_navigate(self, selector: str) -> None:
+        """Click a link and wait for the page it opens to load."""
+        self._ready()
+        with self.page.expect_navigation(wait_until="load"):
+            self.click(selector)
+        self.log = Log()
+
+    def key(self, key: str) -> None:
+        """Press and release one key; it goes to the focused element."""
+        self._ready().keyboard.press(KEYS.get(key, key))
+
+    def type_text(self, text: str) -> None:
+        self._ready().keyboard.insert_text(text)
 
     def viewport(self, width: int, height: int, mobile: bool = False) -> None:
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=mobile)
+        if mobile != self.mobile:
+            self._new_page(width, height, mobile)
+        else:
+            self.page.set_viewport_size({"width": width, "height": height})
 
     def screenshot(self, path: Path, selector: str | None = None, *, beyond_viewport: bool = True) -> None:
-        """Save a PNG of the page, or of the element `selector` once its layout has settled;
-        `beyond_viewport=False` keeps to what the window shows."""
-        params = {"format": "png", "captureBeyondViewport": beyond_viewport}
-        if selector:
-            measure = f"""new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {{
-                const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();
-                done([r.x + scrollX, r.y + scrollY, r.width, r.height]); }})))"""
-            rect, deadline = self.js(measure), time.monotonic() + 5
-            while time.monotonic() < deadline:
-                time.sleep(0.1)
-                again = self.js(measure)
-                if again == rect:
-                    break
-                rect = again
-            pad = 8
-            params["clip"] = {"x": max(rect[0] - pad, 0), "y": max(rect[1] - pad, 0),
-                              "width": rect[2] + 2 * pad, "height": rect[3] + 2 * pad, "scale": 1}
-        data = self.call("Page.captureScreenshot", **params)["data"]
+        """A PNG of the element ``selector`` (once it is visible and stable), or of the page: the
+        whole page, or with ``beyond_viewport=False`` what the window shows."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
+        self._ready()
+        if selector:
+            self.page.locator(selector).first.screenshot(path=path, animations="disabled")
+        else:
+            self.page.screenshot(path=path, full_page=beyond_viewport, animations="disabled")
 
     def problems(self, ignore: tuple[str, ...] = THEME_NOISE) -> list[str]:
         """Console errors and warnings, uncaught exceptions and failed loads since the page opened,
-        except those that contain one of the `ignore` texts."""
-        out = []
-        for e in self.events:
-            p = e.get("params", {})
-            if e["method"] == "Runtime.exceptionThrown":
-                details = p["exceptionDetails"]
-                out.append(f"exception: {details.get('exception', {}).get('description', details.get('text'))} "
-                           f"at {details.get('url', '')}:{details.get('lineNumber')}")
-            elif e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "warning", "assert"):
-                out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
-            elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
-                out.append(f"log {p['entry']['level']}: {p['entry']['text']} {p['entry'].get('url', '')}")
-            elif e["method"] == "Network.loadingFailed":
-                out.append(f"failed load: {p.get('errorText')} ({p.get('type')})")
+        except those that contain one of the ``ignore`` texts."""
+        out = [f"exception: {e}" for e in self.log.exceptions]
+        out += [f"console.{m['type']}: {m['text']} {m['url']}" for m in self.log.console
+                if m["type"] in ("error", "warning", "assert")]
+        out += [f"failed load: {f['error']} ({f['type']}) {f['url']}" for f in self.log.failed]
         return [line for line in out if not any(text in line for text in ignore)]
 
     def requested_urls(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
-
-    def close(self) -> None:
-        ws = getattr(self, "ws", None)
-        if ws is not None:
-            ws.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        return list(self.log.requests)
 
 
 def find_chromium() -> str | None:
@@ -202,16 +142,29 @@ def find_chromium() -> str | None:
     return None
 
 
+def missing() -> str | None:
+    """Why the browser tests cannot run here (no Chromium: the line that installs it), or None."""
+    return None if find_chromium() else f"no Chromium found: `{INSTALL}` (Debian/Ubuntu) to run the browser tests"
+
+
+def required() -> bool:
+    """Whether a missing Chromium fails the browser tests instead of skipping them (CI)."""
+    return os.environ.get("PAGEDLIB_REQUIRE_BROWSER") == "1"
+
+
 @contextlib.contextmanager
-def open_browser(prefix: str):
-    """A headless Chromium with a fresh profile for one test module; fails the test if none is installed."""
-    import pytest
+def open_browser():
+    """A headless Chromium for one test module. Without one installed the tests are skipped with
+    the line that installs it (failed instead where ``PAGEDLIB_REQUIRE_BROWSER=1``, as in CI)."""
+    why = missing()
+    if why:
+        if required():
+            pytest.fail(why)
+        pytest.skip(why)
     binary = find_chromium()
-    if binary is None:
-        pytest.fail("chromium is not installed: run `bash scripts/ensure_chromium.sh` (make test does)")
-    with tempfile.TemporaryDirectory(prefix=prefix) as profile:
-        b = Chromium(binary, Path(profile))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=binary, args=CHROMIUM_ARGS)
         try:
-            yield b
+            yield Chromium(browser)
         finally:
-            b.close()
+            browser.close()

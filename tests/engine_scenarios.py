@@ -5,7 +5,7 @@ import torch
 
 from pagedlib import BlockManager, SamplingParams
 from pagedlib.engine.batch import build_batch
-from pagedlib.engine.batch import PagedBatch
+from pagedlib.attention.metadata import PagedBatch
 from pagedlib.engine.scheduler import SeqState
 
 

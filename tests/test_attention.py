@@ -130,18 +130,18 @@ def test_decode_with_no_sequences_returns_an_empty_result():
 
 # ---- choosing num_splits -------------------------------------------------------------------------
 def test_num_splits_is_one_when_the_batch_fills_the_gpu():
-    assert choose_num_splits(num_seqs=64, num_kv_heads=8, max_seq_len=8192, sms=132) == 1
+    assert choose_num_splits(programs=64 * 8, key_tiles=8192 // 64, sms=132) == 1
 
 
 def test_num_splits_grows_for_a_small_batch_of_long_sequences():
-    few = choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=8192, sms=132)
-    assert few > 1 and 8 * few >= 132                         # enough programs for every SM
+    few = choose_num_splits(programs=8, key_tiles=8192 // 64, sms=132)
+    assert few == 14                                                  # 112 programs: one wave, 85% full
 
 
-def test_num_splits_keeps_a_minimum_of_tokens_per_split():
-    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=300, sms=132) == 1
-    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=1024, sms=132) == 4
-    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=10 ** 6, sms=132) == 32
+def test_num_splits_keeps_more_than_four_key_tiles_per_split():
+    assert choose_num_splits(programs=1, key_tiles=9, sms=132) == 1        # 2 splits would hold 4 and 5
+    assert choose_num_splits(programs=1, key_tiles=20, sms=132) == 4
+    assert choose_num_splits(programs=1, key_tiles=10 ** 5, sms=132) == 28   # 28/32 of the best is within 85%
 
 
 def test_kv_tile_shrinks_for_the_largest_head_dim():

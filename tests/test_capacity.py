@@ -20,8 +20,11 @@ def test_blocks_for_rejects_bad_input(n, block):
         blocks_for(n, block)
 
 
-def test_pages_for_is_blocks_for_under_chapter_4s_first_word():
-    assert pagedlib.pages_for is pagedlib.blocks_for and pagedlib.pages_for(37, 16) == 3
+def test_blocks_for_names_the_argument_it_refuses():
+    with pytest.raises(ValueError, match=r"num_tokens must be a non-negative integer; got -1"):
+        blocks_for(-1, 16)
+    with pytest.raises(ValueError, match=r"block_size must be a positive integer number of tokens; got 0"):
+        blocks_for(5, 0)
 
 
 def test_seed_lesson_reserve_max():
@@ -167,7 +170,7 @@ def test_blocks_for_gpu_errors():
         blocks_for_gpu("gpt2", "B300")
     with pytest.raises(ValueError, match="utilization"):
         blocks_for_gpu("gpt2", "T4", utilization=1.5)
-    with pytest.raises(ValueError, match="block_size must be an integer"):
+    with pytest.raises(ValueError, match="block_size must be a positive integer number of tokens"):
         blocks_for_gpu("gpt2", "T4", block_size=0)
     with pytest.raises(ValueError, match="weights_bytes"):
         blocks_for_gpu("gpt2", "T4", weights_bytes=-1)

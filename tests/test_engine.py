@@ -240,6 +240,7 @@ def test_stops_at_eos():
     ([[1, 300]], {}, r"token id 300, outside the model's vocabulary \[0, 300\)"),
     ([[-1, 2]], {}, r"token id -1"),
     ([[1.5]], {}, r"integer token ids"),
+    ([[1, True]], {}, r"integer token ids"),
     ([list(range(100))], {"max_new_tokens": 29}, r"129 exceeds the model's context of 128"),
     ([list(range(60))], {"max_new_tokens": 10}, r"need 5 blocks of 16, but the whole cache has 4"),
     ([[1]], {"n": 5}, r"max_num_seqs = 4"),

@@ -486,6 +486,7 @@ def test_latency_percentiles_and_goodput():
     assert 0 < m["itl_p50_s"] <= m["itl_p99_s"]
     assert m.goodput(ttft_slo_s=1e9, tpot_slo_s=1e9) == pytest.approx(4 / m["elapsed_s"])
     assert m.goodput(ttft_slo_s=0.0, tpot_slo_s=1e9) == 0.0 and m.slo_attainment(1e9, 1e9) == 1.0
+    assert m.met_slo(1e9, 1e9) == 4 and m.met_slo(ttft_slo_s=0.0, tpot_slo_s=1e9) == 0
 
 
 def test_reset_metrics_changes_nothing_in_the_engine():

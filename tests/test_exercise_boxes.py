@@ -69,7 +69,7 @@ def python_verdict(ex, answer) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def browser():
-    with open_browser("exercise-boxes-chromium-") as b:
+    with open_browser() as b:
         yield b
 
 

@@ -13,10 +13,10 @@ def _drive(scheduler: Scheduler, stop_at_preemption: bool = False):
     step = 0
     while scheduler.has_unfinished():
         step += 1
-        plan = scheduler.schedule()
-        if plan.preempted and stop_at_preemption:
-            return step, (plan.preempted[0].seq_id, step)
-        for seq in plan.seqs:
+        scheduled = scheduler.schedule()
+        if scheduled.preempted and stop_at_preemption:
+            return step, (scheduled.preempted[0].seq_id, step)
+        for seq in scheduled.seqs:
             if not seq.prefilling:
                 seq.output.append(0)
                 if len(seq.output) == seq.params.max_new_tokens:

@@ -8,6 +8,14 @@ def test_an_aliased_fork_table_is_named_in_one_line():
     assert result.message == ch06.ALIAS_MESSAGE and "\n" not in result.message
 
 
+def test_a_fork_that_does_not_count_its_references_is_named():
+    """Issue 37: such a fork was told about copy-on-write; the slip is the missing ref += 1."""
+    result = ch06.fork_and_copy_on_write.check(ch06._ForgetsRefCountsPool)
+    assert result.state == INCORRECT and ch06.FORK_REFS_MESSAGE in result.message
+    assert "copied before the write" not in result.message
+    assert ch06.FORK_REFS_MESSAGE not in ch06.fork_and_copy_on_write.check(ch06._NoCopyPool).message
+
+
 def test_a_pool_that_copies_its_tables_is_not_called_aliased():
     result = ch06.fork_and_copy_on_write.check(ch06._NoCopyPool)
     assert result.state == INCORRECT and result.message != ch06.ALIAS_MESSAGE
@@ -48,7 +56,7 @@ def test_a_reshape_without_permute_is_named():
 def test_hit_count_names_the_prompt_that_is_off():
     ref = list(ch07.hit_count.reference)
     repeat_whole = ref[:2] + [12] + ref[3:]
-    assert "prompt 3" in ch07.hit_count.check(repeat_whole).message
+    assert "Prompt 3" in ch07.hit_count.check(repeat_whole).message
     assert "blocks" in ch07.hit_count.check([h // 4 for h in ref]).message
     assert ch07.hit_count.check(ref).state == CORRECT
 

@@ -77,11 +77,11 @@ def test_the_varlen_launch_packs_the_group_into_one_tile_per_kv_head(group):
     meta = launch.varlen_meta(cfg, 16)
     assert meta["TILE_M"] == cfg.group_pad and meta["TILE_Q"] == cfg.tile_q and meta["GROUP"] == group
     assert meta["TILE_Q"] * group <= meta["TILE_M"] < 2 * max(meta["TILE_Q"] * group, launch.MIN_DOT_ROWS)
-    assert meta["DOT_PRECISION"] == cfg.dot_precision and meta["SPLIT_Q"] == launch.VARLEN_SPLIT_Q
-    # a sequence's tiles cover its new tokens: tile_q tokens each, plus one spare tile per sequence
+    assert meta["DOT_PRECISION"] == cfg.dot_precision and meta["SPLIT_Q"] == min(launch.VARLEN_SPLIT_Q, cfg.tile_q)
+    # a sequence's tiles cover its new tokens: tile_q tokens each, at most one spare per sequence but one
     for total_q, num_seqs in [(1, 1), (4, 4), (37, 3), (4096, 2)]:
         tiles = launch.varlen_grid(total_q, num_seqs, 8, cfg, 1)[0]
-        assert tiles == total_q // cfg.tile_q + num_seqs and tiles * cfg.tile_q >= total_q
+        assert tiles == num_seqs + (total_q - num_seqs) // cfg.tile_q and tiles * cfg.tile_q >= total_q
 
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
@@ -96,9 +96,11 @@ def test_every_launch_passes_exactly_the_kernels_constexprs(kernel):
 def test_the_varlen_split_rule_counts_the_grids_tiles():
     cfg = launch_config(128, torch.float16, 8, H100)
     tiles = launch.varlen_grid(4, 4, 8, cfg, 1)[0]                           # 4 decode rows, 8 KV heads
-    assert launch.varlen_num_splits(4, 4, 8, cfg, 8192, 132) == launch.choose_num_splits(tiles, 8, 8192, 132) > 1
+    assert tiles == 4
+    auto = launch.auto_num_splits(4, 4, 8, cfg, 8192, 132, 4)
+    assert auto == launch.choose_num_splits(4 * 8, 8192 // cfg.tile, 132, 4) > 1
     # a 4096-token prefill fills the GPU: no split
-    assert launch.varlen_num_splits(4096, 2, 8, cfg, 8192, 132) == 1
+    assert launch.auto_num_splits(4096, 2, 8, cfg, 8192, 132, 4) == 1
 
 
 @pytest.mark.parametrize("head_dim,group,match", [(0, 1, "head_dim"), (64.0, 1, "head_dim"),
@@ -185,7 +187,6 @@ def test_the_command_line_prints_the_table_and_judges_it(capsys, monkeypatch, re
 
 
 def test_without_resources_or_a_gpu_the_command_says_what_to_run(capsys):
-    import pagedlib
     if pagedlib.runtime.DEVICE.type == "cuda":
         pytest.skip("on a GPU the command times the neighbouring configurations")
     assert bench.main([]) == 0

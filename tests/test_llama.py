@@ -16,7 +16,7 @@ import transformers  # pinned in requirements.txt: a missing one fails, never sk
 
 import pagedlib
 from pagedlib import DEVICE, LLM, Llama, from_hf
-from pagedlib.engine.batch import PagedBatch
+from pagedlib.attention.metadata import PagedBatch
 from pagedlib.models.layers import PagedModel
 from pagedlib.models.llama import LlamaConfig, rope_frequencies
 

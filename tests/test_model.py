@@ -12,8 +12,8 @@ import transformers  # pinned in requirements.txt: a missing one fails, never sk
 
 import pagedlib
 from pagedlib.attention import backend as model_mod
-from pagedlib.attention.torch_backend import write_kv_ref
-from pagedlib.engine.batch import PagedBatch
+from pagedlib.attention.torch_backend import write_kv_torch
+from pagedlib.attention.metadata import PagedBatch
 from pagedlib.models.gpt2 import GPT2
 
 transformers.logging.set_verbosity_error()
@@ -122,12 +122,12 @@ def test_kv_goes_only_to_the_given_slots():
 
 
 def test_both_backends_write_with_the_same_contract():
-    """write_kv_ref mirrors the Triton write_kv, slot -1 skipping included."""
+    """write_kv_torch mirrors the Triton write_kv, slot -1 skipping included."""
     key, value = torch.randn(3, 2, 16, device=DEVICE), torch.randn(3, 2, 16, device=DEVICE)
     slots = torch.tensor([5, -1, 0], device=DEVICE)
     caches = [(torch.zeros(2, 4, 2, 16, device=DEVICE), torch.zeros(2, 4, 2, 16, device=DEVICE))
               for _ in range(2)]
-    write_kv_ref(key, value, *caches[0], slots)
+    write_kv_torch(key, value, *caches[0], slots)
     pagedlib.write_kv(key, value, *caches[1], slots)
     assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
     assert torch.equal(caches[0][0].view(-1, 2, 16)[5], key[0])

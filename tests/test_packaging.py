@@ -59,8 +59,7 @@ def test_requirements_pin_the_exact_environment():
              if l.strip() and not l.startswith("#")]
     assert all("==" in l for l in lines), [l for l in lines if "==" not in l]
     pins = dict(l.split("==") for l in lines)
-    assert pins["torch"] == "2.13.0"
-    assert pins["jupyter-book"].startswith("1.")
-    for name in ("triton", "jupyterlab", "ipywidgets", "matplotlib", "nbval", "pytest", "hypothesis",
+    assert pins["jupyter-book"].startswith("1.")      # the book's config is Jupyter Book 1's
+    for name in ("torch", "triton", "jupyterlab", "ipywidgets", "matplotlib", "nbval", "pytest", "hypothesis",
                  "transformers"):
         assert name in pins, name

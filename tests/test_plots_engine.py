@@ -6,13 +6,9 @@ matplotlib.use("Agg")
 
 from pagedlib.plots.engine import budget_latencies, mixed_step  # noqa: E402
 from engine_scenarios import chapter10_mixed_step  # noqa: E402
-from figures import check_open_figures  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
+pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
 
 
 def test_mixed_step_draws_every_token_and_every_slot():

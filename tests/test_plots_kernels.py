@@ -6,9 +6,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest
-from figures import check_open_figures  # noqa: E402
 
 from pagedlib.plots import kernels  # noqa: E402
 from pagedlib.plots.kernels import (GPU_SPECS, attention_intensity, ridge_point,  # noqa: E402
@@ -18,10 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PRIMER = ROOT / "book" / "gpu-primer.md"
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
+pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
 
 
 def test_intensity_and_ridge_point():
@@ -135,23 +130,34 @@ def test_the_page_size_changes_the_blocks_a_tile_spans_not_the_tile():
 def test_varlen_programs_cover_every_new_token_once_in_the_upper_bound_grid():
     import random
 
-    from pagedlib.attention.kernels.launch import VARLEN_SPLIT_Q, launch_config, varlen_grid
+    from pagedlib.attention.kernels.launch import launch_config, varlen_grid
     rng = random.Random(9)
     for _ in range(50):
         chunks = [rng.choice([0, 1, 1, 3, rng.randrange(1, 40)]) for _ in range(rng.randrange(1, 7))]
         contexts = [c + rng.randrange(0 if c else 1, 200) for c in chunks]
         group, splits = rng.choice([1, 4, 8]), rng.choice([1, 3])
         cfg = launch_config(64, __import__("torch").float16, group, (9, 0))
-        programs = kernels.varlen_programs(chunks, contexts, cfg.tile_q, splits, 64, VARLEN_SPLIT_Q)
-        tiles, _, grid_splits = varlen_grid(sum(chunks), len(chunks), 1, cfg, splits)
-        assert len(programs) == tiles * grid_splits
+        programs = kernels.varlen_programs(chunks, contexts, cfg.tile_q, splits, 64, cfg.split_q)
+        assert len(programs) == varlen_grid(sum(chunks), len(chunks), 1, cfg, splits)[0]
         owned = sorted((p["seq"], t) for p in programs if p["kind"] != "exits" and p["split"] == 0
                        for t in range(*p["tokens"]))
         assert owned == [(s, t) for s, c in enumerate(chunks) for t in range(c)]
         for p in programs:                             # a split sequence's splits tile its keys exactly
             if p["kind"] == "split" and p["split"] == 0:
-                ranges = [q["keys"] for q in programs if q["tile"] == p["tile"]]
+                ranges = [q["keys"] for q in programs if q["seq"] == p["seq"] and q["kind"] == "split"]
                 assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_split_waves_draws_each_split_counts_waves_and_marks_the_choice():
+    from pagedlib.attention.kernels.launch import choose_num_splits
+    fig = kernels.split_waves(8, 512, 132, [1, 14, 17], per_sm=1, gpu="an H100")
+    ax = fig.axes[0]
+    # one empty box and one filled bar per wave: 1 + 1 + 2 waves
+    assert len(ax.patches) == 2 * (1 + 1 + 2)
+    assert [t.get_text() for t in ax.texts] == ["6%", "85%\nchosen", "52%"]
+    assert choose_num_splits(8, 512, 132) == 14
+    fig = kernels.split_waves(8, 512, 132, [16, 28], per_sm=4)             # waves of 528
+    assert [t.get_text() for t in fig.axes[0].texts] == ["24%", "42%\nchosen"]
 
 
 def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
@@ -161,5 +167,5 @@ def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
     reading = [p for p in programs if p["kind"] != "exits" and p["keys"][1] > p["keys"][0]]
     ax = fig.axes[0]
     assert len(ax.patches) == len(reading) == 9          # 3 + 3 splits, 2 chunk tiles, 1 short decode
-    assert sum("exits at once" in t.get_text() for t in ax.texts) == 7   # 2 x 2 unused splits, 3 past the end
+    assert sum("exits at once" in t.get_text() for t in ax.texts) == 2   # the chunk's 2 extra splits; no spare tile
     assert sorted(round(b.get_width()) for b in ax.patches) == sorted(p["keys"][1] - p["keys"][0] for p in reading)

@@ -4,7 +4,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest
-from figures import check_open_figures  # noqa: E402
 
 import pagedlib  # noqa: E402
 from pagedlib import plots  # noqa: E402
@@ -15,10 +14,7 @@ from pagedlib.plots.style import COLORS  # noqa: E402
 SEED = [512, 37, 1900, 128, 4]
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
+pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
 
 
 def labelled(fig):

@@ -2,17 +2,12 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest
-from figures import check_open_figures  # noqa: E402
 
 from pagedlib.plots import PoolFrame, animate_pool, animation_html, plot_block_table_arrows  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
+pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
 
 
 def _arrows(ax):

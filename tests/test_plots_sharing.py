@@ -2,9 +2,7 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest
-from figures import check_open_figures
 from pagedlib.plots.style import FIGURE_WIDTH  # noqa: E402
 
 import pagedlib  # noqa: E402
@@ -12,10 +10,7 @@ from pagedlib import plots  # noqa: E402
 from pagedlib.plots.style import COLORS  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    check_open_figures()     # every figure a test drew, readable at 360 px (tests/figures.py)
+pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
 
 
 def texts(fig) -> list[str]:
@@ -150,7 +145,7 @@ def test_beam_tree_edges_never_cross():
     top = plots.plot_beam_tree(parents, bm, beams, prompt_len=6).axes[0]
     edges = [ln.get_xydata() for ln in top.lines if ln.get_linestyle() == "-"]
     by_step: dict[float, list] = {}
-    for (x0, y0), (x1, y1) in edges:
+    for (_, y0), (x1, y1) in edges:
         by_step.setdefault(x1, []).append((y0, y1))
     assert len(by_step) == len(parents)
     for pairs in by_step.values():

@@ -101,7 +101,7 @@ def test_lazy_exports_resolve():
         assert getattr(pagedlib, name) is not None, name
     assert "BlockManager" in dir(pagedlib)
     with pytest.raises(AttributeError):
-        pagedlib.not_a_name
+        _ = pagedlib.not_a_name
 
 
 # ---- the version rules, with faked versions ---------------------------------------------------

@@ -208,7 +208,7 @@ def site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    with open_browser("site-chromium-") as b:
+    with open_browser() as b:
         yield b
 
 
@@ -237,25 +237,12 @@ def external(url: str) -> bool:
 
 def console_problems(b: Chromium) -> list[str]:
     """Console errors, exceptions and failed loads, except failed requests to external hosts."""
-    urls = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in b.events
-            if e["method"] == "Network.requestWillBeSent"}
-    out = []
-    for e in b.events:
-        p = e.get("params", {})
-        if e["method"] == "Network.loadingFailed":
-            url = urls.get(p.get("requestId"), "")
-            if not external(url):
-                out.append(f"failed load: {p.get('errorText')} {url}")
-        elif e["method"] == "Log.entryAdded" and p["entry"]["level"] == "error":
-            entry = p["entry"]
-            if not (entry.get("url") and external(entry["url"]) and "Failed to load resource" in entry["text"]):
-                out.append(f"log error: {entry['text']} {entry.get('url', '')}")
-        elif e["method"] == "Runtime.exceptionThrown":
-            d = p["exceptionDetails"]
-            out.append(f"exception: {d.get('exception', {}).get('description', d.get('text'))}")
-        elif e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
-            out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
-    return out
+    out = [f"failed load: {f['error']} {f['url']}" for f in b.log.failed if not external(f["url"])]
+    for m in b.log.console:
+        if m["type"] in ("error", "assert") and not (
+                m["url"] and external(m["url"]) and "Failed to load resource" in m["text"]):
+            out.append(f"console.{m['type']}: {m['text']} {m['url']}")
+    return out + [f"exception: {e}" for e in b.log.exceptions]
 
 
 _VISITS: dict[tuple[str, int], dict] = {}
@@ -431,9 +418,7 @@ def test_phone_sidebar_button_opens_the_chapter_list_and_a_link_works(browser, s
     assert len(links) >= len(PAGES) - 1, f"the chapter list shows {len(links)} links"
     target = PAGES[(PAGES.index(page) + 1) % len(PAGES)]
     selector = f'#pst-primary-sidebar-modal a.reference.internal[href$="{Path(target).name}.html"]'
-    before = len(browser.events)
-    browser.click(selector)
-    browser.wait_for_event("Page.loadEventFired", since=before)
+    browser.click_to_navigate(selector)
     assert browser.js("location.pathname").endswith(f"{target}.html")
     if page == PAGES[0]:
         browser.screenshot(ARTIFACTS / "phone-after-chapter-link.png", beyond_viewport=False)

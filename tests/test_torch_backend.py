@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import pagedlib  # (sets the runtime first)
 from pagedlib.attention.inputs import random_paged_inputs
 from pagedlib.attention.reference import gather_kv, paged_attention_ref, paged_prefill_ref
-from pagedlib.attention.torch_backend import paged_attention_batched_ref, paged_prefill_batched_ref, write_kv_ref
+from pagedlib.attention.torch_backend import paged_attention_torch, paged_prefill_torch, write_kv_torch
 
 DEVICE = pagedlib.runtime.DEVICE
 
@@ -114,7 +114,7 @@ def test_reference_half_precision_keeps_the_dtype():
     torch.testing.assert_close(out.float(), paged_attention_ref(*x32.args()), atol=2e-3, rtol=2e-3)
 
 
-# ---- the batched references (the PyTorch backend) against the per-sequence ones ---------------------
+# ---- the PyTorch backend's whole-batch functions against the per-sequence references --------------
 BATCHED_CASES = [  # (seq_lens, num_heads, num_kv_heads, head_dim, block_size)
     ([1, 16, 17, 37, 5], 4, 4, 32, 16),
     ([9, 20, 3, 64], 8, 2, 16, 4),
@@ -131,7 +131,7 @@ def test_batched_decode_matches_per_sequence_reference(lens, heads, kv_heads, he
     x = random_paged_inputs(lens, heads, kv_heads, head_dim, block_size, shared_blocks=shared_blocks,
                             max_blocks=-(-max(lens) // block_size) + 2, seed=len(lens))
     assert x.key_cache.isnan().any() or shared_blocks      # unowned slots hold NaN
-    out = paged_attention_batched_ref(*x.args())
+    out = paged_attention_torch(*x.args())
     assert out.shape == x.query.shape and out.dtype == x.query.dtype and torch.isfinite(out).all()
     torch.testing.assert_close(out, paged_attention_ref(*x.args()), atol=1e-6, rtol=1e-6)
 
@@ -144,7 +144,7 @@ def test_batched_decode_matches_when_scores_span_hundreds(spread):
     x = random_paged_inputs([1, 16, 17, 37, 5, 200], 8, 2, 32, 16, seed=3)
     query = x.query * spread
     args = (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens)
-    torch.testing.assert_close(paged_attention_batched_ref(*args), paged_attention_ref(*args), atol=3e-5,
+    torch.testing.assert_close(paged_attention_torch(*args), paged_attention_ref(*args), atol=3e-5,
                                rtol=1e-5)
 
 
@@ -157,7 +157,7 @@ def test_batched_prefill_matches_per_sequence_reference(lens, heads, kv_heads, h
     starts = torch.tensor([0, *torch.tensor(chunks).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
     query = torch.randn(sum(chunks), heads, head_dim, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     args = (query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
-    out = paged_prefill_batched_ref(*args)
+    out = paged_prefill_torch(*args)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, paged_prefill_ref(*args), atol=1e-6, rtol=1e-6)
 
@@ -168,28 +168,28 @@ def test_batched_decode_of_half_precision_keeps_the_dtype(monkeypatch):
     x = random_paged_inputs([5, 9, 30], 4, 2, 16, 4, dtype=torch.float16, num_blocks=12 * 16)
     converted, real = [], torch.Tensor.float
     monkeypatch.setattr(torch.Tensor, "float", lambda t: converted.append(t.numel()) or real(t))
-    out = paged_attention_batched_ref(*x.args())
+    out = paged_attention_torch(*x.args())
     assert converted and max(converted) < x.key_cache.numel() // 4
     monkeypatch.undo()
     assert out.dtype == torch.float16
     torch.testing.assert_close(out, paged_attention_ref(*x.args()), atol=1e-3, rtol=1e-3)
 
 
-def test_batched_references_check_their_inputs():
+def test_torch_backend_functions_check_their_inputs():
     x = random_paged_inputs([5, 9], 4, 2, 16, 4)
     with pytest.raises(ValueError, match="block_tables must be int32"):
-        paged_attention_batched_ref(x.query, x.key_cache, x.value_cache, x.block_tables.long(), x.seq_lens)
+        paged_attention_torch(x.query, x.key_cache, x.value_cache, x.block_tables.long(), x.seq_lens)
     with pytest.raises(ValueError, match="longer than its block table"):
-        paged_attention_batched_ref(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens * 4)
+        paged_attention_torch(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens * 4)
     starts = torch.tensor([0, 1, 3], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match="query_start_loc must start at 0 and end at num_tokens = 2"):
-        paged_prefill_batched_ref(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
+        paged_prefill_torch(x.query, x.key_cache, x.value_cache, x.block_tables, x.seq_lens, starts)
 
 
-def test_write_kv_ref_writes_the_given_slots_and_skips_minus_one():
+def test_write_kv_torch_writes_the_given_slots_and_skips_minus_one():
     cache = [torch.zeros(2, 4, 2, 8, device=DEVICE) for _ in range(2)]
     key, value = torch.randn(3, 2, 8, device=DEVICE), torch.randn(3, 2, 8, device=DEVICE)
-    write_kv_ref(key, value, *cache, torch.tensor([5, -1, 0], device=DEVICE))
+    write_kv_torch(key, value, *cache, torch.tensor([5, -1, 0], device=DEVICE))
     assert torch.equal(cache[0].flatten(0, 1)[5], key[0]) and torch.equal(cache[1].flatten(0, 1)[0], value[2])
     assert int((cache[0].flatten(0, 1).abs().sum((1, 2)) != 0).sum()) == 2
 
@@ -200,7 +200,7 @@ def test_batched_decode_refuses_a_cache_too_big_for_int32_rows():
     x = random_paged_inputs([5, 9], 4, 2, 16, 16)
     huge = x.key_cache[:1, :1, :1].expand(2**26, 16, 2, 16)          # 2**31 rows of head_dim
     with pytest.raises(ValueError, match="int32"):
-        paged_attention_batched_ref(x.query, huge, huge, x.block_tables, x.seq_lens, validate=False)
+        paged_attention_torch(x.query, huge, huge, x.block_tables, x.seq_lens, validate=False)
 
 
 @pytest.mark.parametrize("lens", [[30, 31, 29, 32, 30], [300] + [2] * 40, [1], [7, 1, 1, 64]])
@@ -214,5 +214,5 @@ def test_both_ways_of_building_the_decode_pattern_agree(lens):
     padded = attention_ref._rows_padded(x.block_tables, lens32, max(lens), 4, 8, 2)
     direct = attention_ref._rows_direct(x.block_tables, crow, 4, 8, 2)
     assert torch.equal(padded, direct) and padded.dtype == torch.int32
-    torch.testing.assert_close(paged_attention_batched_ref(*x.args()), paged_attention_ref(*x.args()),
+    torch.testing.assert_close(paged_attention_torch(*x.args()), paged_attention_ref(*x.args()),
                                atol=1e-6, rtol=1e-6)

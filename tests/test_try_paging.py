@@ -1,13 +1,12 @@
 """The "Try it" page (book/try-paging.md + _static/try-paging.{js,css}) in a real, headless Chromium.
 
 The test builds a one-page book with Jupyter Book (about 3 s), opens it from ``file://`` and drives it
-the way a reader does (clicks, arrow keys, typing) over the Chrome DevTools Protocol, through a small
-client on top of ``websocket-client`` (tests/browser.py). Every number the page shows is compared with
-``pagedlib.reserve_max_plan`` / ``pagedlib.paged_plan``. Screenshots of every state land in
-``artifacts/try-paging/`` (look at them).
+the way a reader does (clicks, arrow keys, typing) through Playwright (tests/browser.py). Every number
+the page shows is compared with ``pagedlib.reserve_max_plan`` / ``pagedlib.paged_plan``. Screenshots
+of every state land in ``artifacts/try-paging/`` (look at them).
 
-Chromium comes from Debian: ``bash scripts/ensure_chromium.sh`` installs it (``make test`` calls it).
-Without it these tests fail; they never skip.
+Chromium comes from Debian (``apt-get install chromium``; ``.ci/run`` installs it in CI). Without it
+these tests are reported as skipped with that line (in CI they fail).
 """
 from __future__ import annotations
 
@@ -61,7 +60,7 @@ def built_page(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    with open_browser("try-paging-chromium-") as b:
+    with open_browser() as b:
         yield b
 
 
@@ -197,7 +196,7 @@ def test_custom_and_random_lengths_match_pagedlib(page):
     # many random mixes and page sizes, typed into the page and compared with pagedlib
     rng = random.Random(9)
     page.click('[data-testid="mode-paged"]')
-    for trial in range(25):
+    for _ in range(25):
         lengths = [rng.choice([rng.randint(1, 64), rng.randint(1, MAX_LEN)]) for _ in range(rng.randint(1, 12))]
         exponent = rng.randint(0, 11)
         set_lengths(page, ",".join(map(str, lengths)))

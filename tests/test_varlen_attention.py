@@ -201,8 +201,11 @@ def test_a_sequence_with_no_new_tokens_gets_no_rows_and_harms_none():
 
 def test_query_rows_past_split_q_take_the_one_pass_path_and_both_paths_agree():
     # the same sequence with SPLIT_Q + 1 new tokens (one pass) and with SPLIT_Q (split): both exact
-    for chunk in (VARLEN_SPLIT_Q, VARLEN_SPLIT_Q + 1):
-        check(make_batch([chunk], [200], 8, 1, 64, 16, seed=chunk), num_splits=4)
+    for group in (2, 8):                                                 # split_q 4 (tile_q 8), 2 (tile_q 2)
+        split_q = launch_config(64, torch.float32, group, device_capability(DEVICE)).split_q
+        assert split_q == min(VARLEN_SPLIT_Q, 16 // group)
+        for chunk in (split_q, split_q + 1):
+            check(make_batch([chunk], [200], group, 1, 64, 16, seed=chunk), num_splits=4)
 
 
 def test_more_splits_than_tiles_leaves_empty_splits_harmless():
@@ -224,14 +227,15 @@ def test_large_scores_do_not_overflow_exp2():
     check(make_batch([1, 9], [70, 40], 4, 2, 64, 16, scale_q=30.0), num_splits=3)
 
 
-def test_grid_is_an_upper_bound_from_shapes_alone():
+def test_grid_is_an_upper_bound_from_shapes_alone_and_exact_for_decode():
     cfg = launch_config(64, torch.float16, 8, (9, 0))
     assert cfg.tile_q == 2                                               # 16 rows = 2 tokens x 8 heads
     rng = random.Random(0)
     for _ in range(200):
         chunks = [rng.choice([0, 1, 1, 2, 3, rng.randrange(60)]) for _ in range(rng.randrange(1, 9))]
         needed = sum(-(-c // cfg.tile_q) for c in chunks)
-        assert varlen_grid(sum(chunks), len(chunks), 1, cfg, 1)[0] >= needed
+        assert needed <= varlen_grid(sum(chunks), len(chunks), 1, cfg, 1)[0] <= needed + len(chunks) - 1
+        assert varlen_grid(len(chunks), len(chunks), 1, cfg, 1)[0] == len(chunks)      # decode: one each
 
 
 def test_no_host_sync_the_launch_reads_no_tensor_value(monkeypatch):

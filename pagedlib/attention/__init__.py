@@ -6,6 +6,8 @@ module               idea                                                    cha
 ===================  ======================================================  =========
 ``reference``        attention through a page table, one sequence at a time  5
 ``checks``           the input checks shared by the references and kernels   5, 8
+``metadata``         ``PagedBatch``: one forward pass's tokens, slots and    10
+                     tables (the engine builds it)
 ``torch_backend``    the whole batch in PyTorch (the default on a CPU)       10
 ``triton_backend``   the Triton kernels' launchers (decode, split-K,         8, 9
                      prefill, write) and the backend built on them
@@ -15,5 +17,5 @@ module               idea                                                    cha
 """
 from ..lazy import lazy_submodules
 
-__getattr__, __dir__ = lazy_submodules(__name__, ("reference", "checks", "torch_backend", "triton_backend",
-                                                  "kernels"))
+__getattr__, __dir__ = lazy_submodules(__name__, ("reference", "checks", "metadata", "torch_backend",
+                                                  "triton_backend", "kernels"))

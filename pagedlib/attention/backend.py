@@ -16,7 +16,7 @@ import torch
 from .. import runtime
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from .metadata import PagedBatch
 
 BACKENDS = ("triton", "torch")
 # Compiled kernels on a GPU; on a CPU the interpreter is correct but slow, so PyTorch is the default

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import runtime
+from ..validation import cdiv
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -143,7 +144,7 @@ def check_page_values(block_tables: torch.Tensor, seq_lens: torch.Tensor, dims: 
         raise ValueError(f"seq_lens[{seq}] = {int(lens[seq])} is longer than its block table holds: "
                          f"block_tables has {block_tables.shape[1]} columns x block_size "
                          f"{dims.block_size} = {capacity} slots. Give the table more columns.")
-    pages_used = (lens + dims.block_size - 1) // dims.block_size          # [num_seqs]
+    pages_used = cdiv(lens, dims.block_size)                              # [num_seqs]
     cols = torch.arange(block_tables.shape[1], device=block_tables.device)
     used = cols[None, :] < pages_used[:, None]                            # [num_seqs, max_blocks]
     bad = used & ((block_tables < 0) | (block_tables >= dims.num_blocks))

@@ -10,7 +10,6 @@ PyTorch backend (``pagedlib.attention.torch_backend``) are tested against it.
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from ..validation import cdiv
 from .checks import check_decode, check_prefill, check_scale
@@ -101,7 +100,7 @@ def online_softmax_steps(scores, values, tile: int) -> list[dict]:
     (``exp(m_old - m)``, what the sums so far were rescaled by), ``l`` and ``acc`` (the running sums)
     and ``out = acc / l``, the softmax average of the values read so far; after the last tile it is
     ``softmax(scores) @ values``. In float64; the site's stepper (_static/steppers.js) computes the
-    same numbers, and tests/test_steppers.py compares them.
+    same numbers, and tests/test_exercise_boxes.py compares them in a browser.
     """
     s_all = torch.as_tensor(scores, dtype=torch.float64)
     v_all = torch.as_tensor(values, dtype=torch.float64)

@@ -1,17 +1,17 @@
 """The attention backend for a CPU (chapter 10): a whole batch at once in PyTorch, no loop over
 decode rows.
 
-- :func:`paged_attention_batched_ref` (decode) treats the block tables as a sparse attention
+- :func:`paged_attention_torch` (decode) treats the block tables as a sparse attention
   pattern over the cache's rows and runs the batch's attention as three sparse whole-batch steps
   (scores at the pattern's entries, a softmax per row, a weighted sum of value rows), reading the
   cache in place;
-- :func:`paged_prefill_batched_ref` sends the one-token chunks (decode rows of a mixed batch) there,
+- :func:`paged_prefill_torch` sends the one-token chunks (decode rows of a mixed batch) there,
   and runs each longer chunk through one causal SDPA: a chunk is already a big matrix product, so
   the loop over those costs little, while padding all chunks to the longest would multiply the work;
-- :func:`write_kv_ref` is ``write_kv`` as an index copy.
+- :func:`write_kv_torch` is ``write_kv`` as an index copy.
 
 :class:`TorchBackend` puts the three behind the interface every backend has (``write_kv``,
-``decode``, ``prefill`` of a :class:`~pagedlib.engine.batch.PagedBatch`). Each is checked against the
+``decode``, ``prefill`` of a :class:`~pagedlib.attention.metadata.PagedBatch`). Each is checked against the
 one-sequence-at-a-time lesson of :mod:`pagedlib.attention.reference`.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .checks import CacheDims, check_decode, check_prefill, check_scale, check_w
 from .reference import gather_kv
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from .metadata import PagedBatch
 
 
 @functools.cache
@@ -46,8 +46,8 @@ def _spend_sparse_beta_warning() -> None:
 EXP_FLOOR = -80.0
 
 
-def write_kv_ref(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                 value_cache: torch.Tensor, slot_mapping: torch.Tensor, *, may_skip: bool = True) -> None:
+def write_kv_torch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                   value_cache: torch.Tensor, slot_mapping: torch.Tensor, *, may_skip: bool = True) -> None:
     """``write_kv`` in plain PyTorch: the same contract (key, value ``[num_tokens, num_kv_heads,
     head_dim]``, one slot per token, slot -1 skips), done by ``index_copy_`` into the cache viewed
     as ``[num_blocks * block_size, num_kv_heads, head_dim]``. ``may_skip=False`` promises no slot is
@@ -135,10 +135,10 @@ def _rows_direct(block_tables, crow, block_size: int, num_heads: int, num_kv_hea
     return slots * num_kv_heads + head // (num_heads // num_kv_heads)
 
 
-def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                                block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                                scale: float | None = None, *, validate: bool = True,
-                                pattern: DecodePattern | None = None) -> torch.Tensor:
+def paged_attention_torch(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                          block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                          scale: float | None = None, *, validate: bool = True,
+                          pattern: DecodePattern | None = None) -> torch.Tensor:
     """:func:`paged_attention_ref` for the whole batch at once (same arguments, same result).
 
     Decode attention through block tables *is* sparse attention: view the cache as one matrix of
@@ -169,7 +169,7 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     cache_rows = dims.num_blocks * dims.block_size * dims.num_kv_heads
     if cache_rows >= 2**31:
         raise ValueError(f"the cache holds {cache_rows:,} rows of "
-                         "head_dim; this reference numbers them with int32 (at most 2**31 - 1): use fewer "
+                         "head_dim; this backend numbers them with int32 (at most 2**31 - 1): use fewer "
                          "blocks or the triton backend")
     k_rows = key_cache.reshape(-1, dims.head_dim)                          # [cache rows, head_dim]
     v_rows = value_cache.reshape(-1, dims.head_dim)
@@ -189,37 +189,37 @@ def paged_attention_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, va
     return out.view(num_seqs, num_heads, dims.head_dim).to(query.dtype)
 
 
-def paged_prefill_batched_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                              block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                              query_start_loc: torch.Tensor, scale: float | None = None, *,
-                              max_query_len: int | None = None, validate: bool = True,
-                              plans: dict | None = None) -> torch.Tensor:
+def paged_prefill_torch(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                        block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                        query_start_loc: torch.Tensor, scale: float | None = None, *,
+                        max_query_len: int | None = None, validate: bool = True,
+                        derived: dict | None = None) -> torch.Tensor:
     """:func:`paged_prefill_ref` for a whole batch, decode rows included (same arguments and result).
 
     The sequences that bring one token (the decode rows of a mixed batch) go through
-    :func:`paged_attention_batched_ref` together; each longer chunk attends over its gathered K/V
+    :func:`paged_attention_torch` together; each longer chunk attends over its gathered K/V
     with one causal SDPA in fp32. ``max_query_len`` is accepted for the kernel's signature; this
-    function does not need it. ``plans``, a dict kept with the batch, holds what the first layer
+    function does not need it. ``derived``, a dict kept with the batch, holds what the first layer
     works out about the one-token rows (which they are, their decode pattern) for the others.
     """
     dims, num_heads = check_prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
                                     validate)
     scale = check_scale(scale, dims.head_dim)
     out = torch.empty_like(query)                                          # [num_tokens, num_heads, dim]
-    plans = {} if plans is None else plans
-    if "single" not in plans:
+    derived = {} if derived is None else derived
+    if "single" not in derived:
         chunk = query_start_loc[1:] - query_start_loc[:-1]                 # [num_seqs]
         single = (chunk == 1).nonzero().flatten()                          # sequences with one new token
-        plans["single"] = (single, query_start_loc[single].long(), block_tables[single], seq_lens[single],
+        derived["single"] = (single, query_start_loc[single].long(), block_tables[single], seq_lens[single],
                            (chunk > 1).nonzero().flatten().tolist())
-    single, rows, single_tables, single_lens, longer = plans["single"]
+    single, rows, single_tables, single_lens, longer = derived["single"]
     if len(single):                                                        # rows: their query rows
-        if "single_pattern" not in plans:
-            plans["single_pattern"] = decode_pattern(single_tables, single_lens, dims.block_size, num_heads,
+        if "single_pattern" not in derived:
+            derived["single_pattern"] = decode_pattern(single_tables, single_lens, dims.block_size, num_heads,
                                                      dims.num_kv_heads)
-        out[rows] = paged_attention_batched_ref(query[rows], key_cache, value_cache, single_tables,
-                                                single_lens, scale, validate=False,
-                                                pattern=plans["single_pattern"])
+        out[rows] = paged_attention_torch(query[rows], key_cache, value_cache, single_tables,
+                                          single_lens, scale, validate=False,
+                                          pattern=derived["single_pattern"])
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
     for s in longer:                                                       # the longer chunks
         first, last = starts[s], starts[s + 1]
@@ -247,18 +247,18 @@ class TorchBackend:
         if not batch.trusted:       # a batch made by hand: its slots are checked first (in the first layer)
             check_write(k, v, key_cache, value_cache, batch.slot_mapping, self.validate)
         # the engine's batch names a real slot for every token: no -1 to look for
-        write_kv_ref(k, v, key_cache, value_cache, batch.slot_mapping, may_skip=not batch.trusted)
+        write_kv_torch(k, v, key_cache, value_cache, batch.slot_mapping, may_skip=not batch.trusted)
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                batch: PagedBatch) -> torch.Tensor:
-        if "decode_pattern" not in batch.plans:     # the same for every layer: build it once per batch
-            batch.plans["decode_pattern"] = decode_pattern(batch.block_tables, batch.seq_lens,
+        if "decode_pattern" not in batch.derived:     # the same for every layer: build it once per batch
+            batch.derived["decode_pattern"] = decode_pattern(batch.block_tables, batch.seq_lens,
                                                            key_cache.shape[1], q.shape[1], key_cache.shape[2])
-        return paged_attention_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                                           validate=self.validate, pattern=batch.plans["decode_pattern"])
+        return paged_attention_torch(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                     validate=self.validate, pattern=batch.derived["decode_pattern"])
 
     def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                 batch: PagedBatch) -> torch.Tensor:
-        return paged_prefill_batched_ref(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
-                                         batch.query_start_loc, max_query_len=batch.max_query_len,
-                                         validate=self.validate, plans=batch.plans)
+        return paged_prefill_torch(q, key_cache, value_cache, batch.block_tables, batch.seq_lens,
+                                   batch.query_start_loc, max_query_len=batch.max_query_len,
+                                   validate=self.validate, derived=batch.derived)

@@ -25,9 +25,9 @@ import triton
 from .. import runtime
 from .checks import CacheDims, check_decode, check_prefill, check_scale, check_write
 from .kernels.decode import decode_kernel
-from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TOKENS_PER_SPLIT, VARLEN_SPLIT_Q, LaunchConfig,
+from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TILES_PER_SPLIT, LaunchConfig, auto_num_splits,
                              choose_num_splits, decode_meta, device_capability, kv_tile, launch_config, merge_meta,
-                             num_sms, prefill_meta, varlen_grid, varlen_merge_meta, varlen_meta, varlen_num_splits,
+                             num_sms, prefill_meta, resident_programs, varlen_grid, varlen_merge_meta, varlen_meta,
                              write_meta)
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
@@ -36,13 +36,13 @@ from .kernels.write_kv import write_kv_kernel
 from ..validation import as_int, cdiv
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from .metadata import PagedBatch
 
 # Every launch number (tiles, warps, MIN_DOT_ROWS, the split-K rule) is defined in
 # pagedlib.attention.kernels.launch; the names below are re-exported for the chapters' imports.
-__all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TOKENS_PER_SPLIT", "LaunchConfig", "choose_num_splits", "kv_tile",
-           "launch_config", "longest_chunk", "num_sms", "paged_attention", "paged_attention_varlen", "paged_prefill",
-           "varlen_grid", "varlen_num_splits", "write_kv"]
+__all__ = ["MIN_DOT_ROWS", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "LaunchConfig", "auto_num_splits", "decode_num_splits",
+           "choose_num_splits", "kv_tile", "launch_config", "longest_chunk", "num_sms", "paged_attention",
+           "paged_attention_varlen", "paged_prefill", "varlen_grid", "write_kv"]
 
 def _check_num_splits(num_splits) -> None:
     if num_splits is not None and (as_int(num_splits) is None or num_splits < 1):
@@ -96,9 +96,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     out = torch.empty_like(query, memory_format=torch.contiguous_format)   # [num_seqs, num_heads, head_dim]
     if num_seqs == 0:
         return out
-    if num_splits is None:
-        max_seq_len = block_tables.shape[1] * dims.block_size
-        num_splits = choose_num_splits(num_seqs, dims.num_kv_heads, max_seq_len, num_sms(query.device))
+    if num_splits is None:                   # the rule of paged_attention_varlen: one new token per sequence
+        num_splits = decode_num_splits(query, key_cache, block_tables, config=cfg)
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
     # the arguments decode_kernel and split_kernel share, after their outputs
@@ -110,7 +109,7 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         decode_kernel[(num_seqs, dims.num_kv_heads)](out, *inputs, *strides, out.stride(0), out.stride(1),
                                                      *cache_strides, **meta)
         return out
-    partial_out = torch.empty(num_seqs, num_heads, num_splits, cfg.head_dim_pad,
+    partial_out = torch.empty(num_seqs, num_heads, num_splits, cfg.head_dim,
                               dtype=torch.float32, device=query.device)   # [num_seqs, num_heads, splits, dim]
     partial_lse = torch.empty(num_seqs, num_heads, num_splits,
                               dtype=torch.float32, device=query.device)   # [num_seqs, num_heads, splits]
@@ -119,6 +118,17 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     merge_kernel[(num_seqs, num_heads)](out, partial_out, partial_lse, num_splits, out.stride(0), out.stride(1),
                                         **merge_meta(cfg, num_splits))
     return out
+
+
+def decode_num_splits(query: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
+                      config: LaunchConfig | None = None) -> int:
+    """The split count ``paged_attention(..., num_splits=None)`` picks for these decode arguments
+    (``auto_num_splits`` on their shapes, this GPU's SMs and the kernel's occupancy)."""
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    cfg = config or launch_config(head_dim, query.dtype, num_heads // num_kv_heads, device_capability(query.device))
+    return auto_num_splits(num_seqs, num_seqs, num_kv_heads, cfg, block_tables.shape[1] * block_size,
+                           num_sms(query.device), resident_programs(cfg, query.dtype, device_capability(query.device)))
 
 
 def longest_chunk(query_start_loc: torch.Tensor) -> int:
@@ -213,8 +223,9 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
 
     The grid is computed from shapes alone (``varlen_grid``), so nothing is read back to the host
     unless ``validate=True`` checks the values (the engine passes ``validate=False``). Sequences with
-    at most ``VARLEN_SPLIT_Q`` new tokens have their keys split into ``num_splits`` ranges merged by
-    log-sum-exp; ``None`` chooses from the shapes and the GPU (``varlen_num_splits``), a fixed count
+    at most ``config.split_q`` new tokens have their keys split into ``num_splits`` ranges merged by
+    log-sum-exp; ``None`` chooses from the shapes and the GPU (``auto_num_splits``, the rule of
+    ``paged_attention`` too), a fixed count
     makes each sequence's output independent of the batch it runs in. Returns ``[total_q, num_heads,
     head_dim]`` in the query's dtype.
     """
@@ -229,13 +240,14 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
     if num_seqs == 0 or total_q == 0:
         return out
     if num_splits is None:
-        num_splits = varlen_num_splits(total_q, num_seqs, dims.num_kv_heads, cfg,
-                                       block_tables.shape[1] * dims.block_size, num_sms(query.device))
+        num_splits = auto_num_splits(total_q, num_seqs, dims.num_kv_heads, cfg,
+                                     block_tables.shape[1] * dims.block_size, num_sms(query.device),
+                                     resident_programs(cfg, query.dtype, device_capability(query.device)))
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
     if num_splits > 1:
-        rows = num_seqs * VARLEN_SPLIT_Q
-        partial_out = torch.empty(rows, num_heads, num_splits, cfg.head_dim_pad,
+        rows = num_seqs * cfg.split_q
+        partial_out = torch.empty(rows, num_heads, num_splits, cfg.head_dim,
                                   dtype=torch.float32, device=query.device)
         partial_lse = torch.empty(rows, num_heads, num_splits, dtype=torch.float32, device=query.device)
     else:
@@ -247,7 +259,7 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
                         *_cache_strides(key_cache, value_cache), block_tables.stride(0),
                         **varlen_meta(cfg, dims.block_size))
     if num_splits > 1:
-        varlen_merge_kernel[(num_seqs * VARLEN_SPLIT_Q, num_heads)](
+        varlen_merge_kernel[(num_seqs, num_heads)](
             out, partial_out, partial_lse, query_start_loc, num_splits, out.stride(0), out.stride(1),
             **varlen_merge_meta(cfg, num_splits))
     return out

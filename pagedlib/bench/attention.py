@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from .. import runtime
 from ..memory.capacity import PEAK_BANDWIDTH_GBS   # matched against torch.cuda.get_device_name()
+from ..validation import cdiv
 
 FIELDS = ["batch", "context", "block_size", "num_splits", "paged_us", "sdpa_us", "ref_us",
           "paged_gbs", "sdpa_gbs", "paged_frac_peak", "paged_vs_sdpa", "paged_vs_ref", "max_err"]
@@ -94,7 +95,7 @@ def gpu_inputs(batch: int, context: int, block_size: int, num_heads: int, num_kv
                head_dim: int, dtype: torch.dtype, seed: int = 0):
     """A paged cache with each sequence's pages shuffled over the pool, and the same tokens contiguous."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    pages = math.ceil(context / block_size)
+    pages = cdiv(context, block_size)
     num_blocks = batch * pages
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
@@ -120,7 +121,7 @@ def sdpa_decode(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
 def run_gpu(args: argparse.Namespace) -> list[dict]:
     import triton.testing
 
-    from ..attention.triton_backend import choose_num_splits, num_sms, paged_attention
+    from ..attention.triton_backend import decode_num_splits, paged_attention
     from ..attention.reference import paged_attention_ref
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
@@ -133,13 +134,12 @@ def run_gpu(args: argparse.Namespace) -> list[dict]:
             for context in args.context:
                 paged_args, keys, values = gpu_inputs(batch, context, block_size, num_heads, num_kv_heads,
                                                       args.head_dim, dtype)
-                splits = choose_num_splits(batch, num_kv_heads, paged_args[3].shape[1] * block_size,
-                                           num_sms(paged_args[0].device))
+                splits = decode_num_splits(paged_args[0], paged_args[1], paged_args[3])
                 out = paged_attention(*paged_args)                          # checked once, with validation
                 err = (out.float() - sdpa_decode(paged_args[0], keys, values).float()).abs().max().item()
-                paged_ms = triton.testing.do_bench(lambda: paged_attention(*paged_args, validate=False))
-                sdpa_ms = triton.testing.do_bench(lambda: sdpa_decode(paged_args[0], keys, values))
-                ref_ms = (triton.testing.do_bench(lambda: paged_attention_ref(*paged_args), rep=50)
+                paged_ms = triton.testing.do_bench(partial(paged_attention, *paged_args, validate=False))
+                sdpa_ms = triton.testing.do_bench(partial(sdpa_decode, paged_args[0], keys, values))
+                ref_ms = (triton.testing.do_bench(partial(paged_attention_ref, *paged_args), rep=50)
                           if batch * context <= args.ref_max_tokens else float("nan"))
                 nbytes = decode_bytes(batch, context, num_heads, num_kv_heads, args.head_dim, dtype.itemsize)
                 paged_gbs, sdpa_gbs = nbytes / paged_ms / 1e6, nbytes / sdpa_ms / 1e6
@@ -224,7 +224,7 @@ def mixed_inputs(num_decode: int, num_chunks: int, chunk: int, context: int, blo
     if layout == "one_page":
         block_size = context
     batch = num_decode + num_chunks
-    pages = math.ceil(context / block_size)
+    pages = cdiv(context, block_size)
     num_blocks = batch * pages
     ids = torch.randperm(num_blocks, generator=gen) if layout == "shuffled" else torch.arange(num_blocks)
     if layout not in ("shuffled", "identity", "one_page"):
@@ -277,8 +277,8 @@ def run_varlen(args: argparse.Namespace, timer=None) -> list[dict]:
             err = (one.float() - separate_kernels(x).float()).abs().max().item()
             if err > 2e-2:
                 raise AssertionError(f"paged_attention_varlen differs from the separate kernels by {err:.2e}")
-            one_ms = timer(lambda: paged_attention_varlen(*x["args"], validate=False))
-            sep_ms = timer(lambda: separate_kernels(x))
+            one_ms = timer(partial(paged_attention_varlen, *x["args"], validate=False))
+            sep_ms = timer(partial(separate_kernels, x))
             rows.append(dict(what="one kernel vs separate", decode_rows=num_decode, chunks=num_chunks,
                              chunk=x["max_query_len"], context=context, block_size=args.block_size[0],
                              layout="shuffled", us=one_ms * 1e3, vs=sep_ms / one_ms))
@@ -288,7 +288,7 @@ def run_varlen(args: argparse.Namespace, timer=None) -> list[dict]:
         for layout in ("identity", "shuffled", "one_page"):
             for block_size in (args.block_size if layout != "one_page" else [context]):
                 x = mixed_inputs(batch, 0, 1, context, block_size, *shape, layout=layout)
-                times[layout, block_size] = timer(lambda: paged_attention_varlen(*x["args"], validate=False))
+                times[layout, block_size] = timer(partial(paged_attention_varlen, *x["args"], validate=False))
         base = times["one_page", context]
         for (layout, block_size), ms in times.items():
             rows.append(dict(what="price of paging", decode_rows=batch, chunks=0, chunk=0, context=context,

@@ -31,6 +31,7 @@ from ..engine.baseline import ReserveMaxLLM, hf_static_generate
 from ..engine.llm import LLM, SamplingParams
 from ..attention.backend import DEFAULT_BACKEND
 from ..models.gpt2 import GPT2
+from ..output import TableView
 from . import peer
 
 
@@ -183,15 +184,16 @@ def main(argv: list[str]) -> int:
     print()
     budget = args.max_num_batched_tokens or "none (whole prompts)"
     print(f"token budget per step: {budget}; TTFT and TPOT in ms, p50/p90/p99 over the requests")
-    print(f"{'engine':<26}{'running (busy)':>15}{'peak':>6}{'preempt':>9}{'steps':>8}{'seconds':>9}{'tokens/s':>10}"
-          f"{'TTFT p50/p90/p99':>22}{'TPOT p50/p90/p99':>20}")
+    table = []
     for name, m, mean_run, peak in rows:
         ttft, tpot = "/".join(f"{v:.0f}" for v in m["ttft_ms"]), "/".join(f"{v:.1f}" for v in m["tpot_ms"])
-        print(f"{name:<26}{mean_run:>15.1f}{peak:>6}{m['metrics']['preemptions']:>9}{m['metrics']['steps']:>8}"
-              f"{m['wall_s']:>9.1f}{m['wall_tokens_per_s']:>10.0f}{ttft:>22}{tpot:>20}")
+        table.append([name, f"{mean_run:.1f}", peak, m["metrics"]["preemptions"], m["metrics"]["steps"],
+                      f"{m['wall_s']:.1f}", f"{m['wall_tokens_per_s']:.0f}", ttft, tpot])
     if not args.no_hf:
-        print(f"{'transformers static b=' + str(args.hf_batch_size):<26}{args.hf_batch_size:>15}{'':>6}{'':>9}"
-              f"{'':>8}{hm['wall_s']:>9.1f}{hm['wall_tokens_per_s']:>10.0f}")
+        table.append([f"transformers static b={args.hf_batch_size}", args.hf_batch_size, "", "", "",
+                      f"{hm['wall_s']:.1f}", f"{hm['wall_tokens_per_s']:.0f}", "", ""])
+    print(TableView(table, ["engine", "running (busy)", "peak", "preempt", "steps", "seconds", "tokens/s",
+                            "TTFT p50/p90/p99", "TPOT p50/p90/p99"]).text())
     capacity = rows[0][2] / rows[1][2]
     print(f"\ncapacity, paged vs reserve-max: {capacity:.1f}x requests at once (target >= 3x)")
     if not args.no_hf:

@@ -23,12 +23,14 @@ import sys
 import tempfile
 import types
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from ..attention.kernels import launch
 from ..attention.kernels.launch import SM_LIMITS
+from ..output import TableView
 from ..validation import cdiv
 
 CAPABILITIES = (75, 80, 90)                  # T4, A100, H100
@@ -249,12 +251,9 @@ def resource_rows(capabilities=CAPABILITIES, dtypes=tuple(DTYPES), head_dims=HEA
 def format_table(rows: list[dict]) -> str:
     """The rows as a whitespace-separated table under ``HEADER``, columns aligned."""
     names = HEADER.split()
-    cells = [names] + [[str(r[n]) for n in names] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(names))]
-    lines = [" ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in cells]
+    lines = TableView([[str(r[n]) for n in names] for r in rows], names).text().splitlines()
     lines[0] = HEADER                                                # the header exactly, for parsers
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(lines)
 
 
 def print_resources(capabilities=CAPABILITIES, dtypes=tuple(DTYPES), head_dims=HEAD_DIMS, groups=GROUPS,
@@ -315,8 +314,8 @@ def time_neighbours(args: argparse.Namespace) -> list[dict]:
         try:
             got = paged_attention(*paged_args, num_splits=1, config=cfg)
             err = (got.float() - want.float()).abs().max().item()
-            ms = triton.testing.do_bench(lambda: paged_attention(*paged_args, num_splits=1, validate=False,
-                                                                 config=cfg))
+            ms = triton.testing.do_bench(partial(paged_attention, *paged_args, num_splits=1, validate=False,
+                                                 config=cfg))
             rows.append(dict(name=name, tile=cfg.tile, warps=cfg.num_warps, stages=cfg.num_stages,
                              us=ms * 1e3, gbs=nbytes / ms / 1e6, max_err=err))
         except (OutOfResources, CompilationError) as e:                # a neighbour that does not fit

@@ -24,6 +24,7 @@ import sys
 import time
 
 from ..memory.block_manager import BlockManager
+from ..output import TableView
 from ..validation import cdiv
 
 
@@ -58,9 +59,9 @@ def against_nano(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"serving trace: {args.requests} ShareGPT-like requests, 10 shared system prompts, 64 running, "
           f"prefix caching on, block_size={args.block_size}, {result['events']:,} operations, "
           f"{result['num_blocks']:,} blocks; best of {args.repeat}, alternating")
-    print(f"{'pagedlib (' + args.prefix_caching_hash + ')':<28}{result['pagedlib_ops_s']:>14,.0f} ops/s")
-    print(f"{'nano-vllm':<28}{result['nano_ops_s']:>14,.0f} ops/s")
-    print(f"{'ratio pagedlib / nano-vllm':<28}{result['ratio']:>14.2f}x")
+    print(TableView([[f"pagedlib ({args.prefix_caching_hash})", f"{result['pagedlib_ops_s']:,.0f} ops/s"],
+                     ["nano-vllm", f"{result['nano_ops_s']:,.0f} ops/s"],
+                     ["ratio pagedlib / nano-vllm", f"{result['ratio']:.2f}x"]], ["block manager", "result"]).text())
     print(f"\nreproduce: python -m pagedlib.bench memory {shlex.join(argv)}")
     return 0
 
@@ -150,13 +151,12 @@ def main(argv: list[str]) -> int:
     pools = [int(p) for p in args.pools.split(",")]
     print(f"block manager bookkeeping (pure Python), block_size={args.block_size}, "
           f"{args.live} live prompts of {args.prompt_len} tokens, best of {args.repeat}")
-    print(f"{'measurement':<44}{'result':>22}")
-    for n in pools:
-        print(f"{f'allocate + free, pool of {n:,} blocks':<44}{alloc_free_rate(n, args):>15,.0f} blocks/s")
-    print(f"{'append (decode step), 64 sequences':<44}{append_rate(args):>15,.0f} tokens/s")
+    rows = [[f"allocate + free, pool of {n:,} blocks", f"{alloc_free_rate(n, args):,.0f} blocks/s"] for n in pools]
+    rows.append(["append (decode step), 64 sequences", f"{append_rate(args):,.0f} tokens/s"])
     per_block, rate, n = prefix_costs(args)
-    print(f"{f'prefix-cache lookup ({n} full blocks)':<44}{per_block * 1e6:>15.2f} us/block")
-    print(f"{'allocate + free, all blocks but last hit':<44}{rate:>15,.0f} blocks/s")
+    rows += [[f"prefix-cache lookup ({n} full blocks)", f"{per_block * 1e6:.2f} us/block"],
+             ["allocate + free, all blocks but last hit", f"{rate:,.0f} blocks/s"]]
+    print(TableView(rows, ["measurement", "result"]).text())
     print(f"\nreproduce: python -m pagedlib.bench memory {shlex.join(argv)}".rstrip())
     return 0
 

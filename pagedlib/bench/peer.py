@@ -16,6 +16,7 @@ chapter 10 prints the course's (``pagedlib/data/peer_cpu.json``, read by :func:`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -27,6 +28,7 @@ import torch
 
 from .. import runtime
 from ..engine.llm import LLM, SamplingParams
+from ..output import TableView
 
 MODELS = ("gpt2", "llama")        # random-initialised (the default); "smollm2": the real chat model
 
@@ -102,9 +104,11 @@ class HFEngine:
         self.model = hf_model
         self.generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
                                                   max_new_tokens=16)
-        self.cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, page_size=page_size,
-                                                  max_batch_tokens=max_batch_tokens,
-                                                  allow_block_sharing=prefix_sharing)
+        # transformers names the page size `page_size` (5.24) or `block_size` (5.17)
+        fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+        page_key = "page_size" if "page_size" in fields else "block_size"
+        self.cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
+                                                  allow_block_sharing=prefix_sharing, **{page_key: page_size})
         manager = self._manager()
         manager.warmup()
         self._keep(manager)
@@ -123,8 +127,9 @@ class HFEngine:
     def forget_prefixes(self, manager) -> None:
         """Drop the blocks an earlier run left cached for prefix sharing: each run starts cold."""
         processor = getattr(manager, "batch_processor", None)
-        if processor is not None:
-            processor.cache.evict_cached_blocks()     # back to the pool, their hashes forgotten
+        evict = getattr(getattr(processor, "cache", None), "evict_cached_blocks", None)
+        if evict is not None:           # transformers 5.24 (5.17 has no prefix sharing to forget)
+            evict()     # back to the pool, their hashes forgotten
 
     def run(self, prompts, budgets) -> Run:
         manager = self._manager()
@@ -155,7 +160,7 @@ class HFEngine:
 
 def percentiles(values: list[float]) -> str:
     p50, p90, p99 = np.percentile(values, [50, 90, 99]) * 1e3
-    return f"{p50:7.1f} {p90:7.1f} {p99:7.1f}"
+    return f"{p50:.1f} {p90:.1f} {p99:.1f}"
 
 
 def compare(kind: str, args, prompts, budgets, hf=None, decode=None) -> dict:
@@ -185,14 +190,15 @@ def compare(kind: str, args, prompts, budgets, hf=None, decode=None) -> dict:
     peer.close()
     same = sum(x == y for x, y in zip(ours[-1].outputs, theirs[-1].outputs))
     print(f"\n{kind}: {model.describe()}")
-    print(f"{'engine':<32}{'tokens/s wall':>15}{'tokens/CPU-s':>14}{'TTFT ms p50 p90 p99':>24}"
-          f"{'TPOT ms p50 p90 p99':>24}")
     runs_of = {"pagedlib": ours, "transformers": theirs}
     best = {name: max(runs, key=lambda r: r.tokens_per_cpu_s) for name, runs in runs_of.items()}
-    for name, label in (("pagedlib", "pagedlib LLM"), ("transformers", "transformers ContinuousBatching")):
-        print(f"{label:<32}{max(r.tokens_per_s for r in runs_of[name]):>15.0f}"
-              f"{best[name].tokens_per_cpu_s:>14.0f}{percentiles(best[name].ttft):>24}"
-              f"{percentiles(best[name].tpot):>24}")
+    print(TableView([[label, f"{max(r.tokens_per_s for r in runs_of[name]):.0f}",
+                      f"{best[name].tokens_per_cpu_s:.0f}", percentiles(best[name].ttft),
+                      percentiles(best[name].tpot)]
+                     for name, label in (("pagedlib", "pagedlib LLM"),
+                                         ("transformers", "transformers ContinuousBatching"))],
+                    ["engine", "tokens/s wall", "tokens/CPU-s", "TTFT ms p50 p90 p99",
+                     "TPOT ms p50 p90 p99"]).text())
     wall = [x.tokens_per_s / y.tokens_per_s for x, y in zip(ours, theirs)]
     cpu = [x.tokens_per_cpu_s / y.tokens_per_cpu_s for x, y in zip(ours, theirs)]
     print(f"ratio pagedlib / transformers, each pair of runs: wall {' '.join(f'{r:.2f}x' for r in wall)}; "

@@ -6,7 +6,8 @@ module              idea                                                      ch
 ``scheduler``       continuous batching: token budget, chunked prefill,       10, 11, 12
                     vLLM v1's, Sarathi-Serve's and vLLM v0's orders,
                     admission policies, preemption, undoing a failed step
-``batch``           one step's tokens as one flat ``PagedBatch``              10
+``batch``           ``build_batch``: one step's tokens as one flat            10
+                    ``PagedBatch`` (defined in ``pagedlib.attention.metadata``)
 ``sampling``        ``SamplingParams``, greedy and sampled next tokens        10
 ``request_checks``  the checks a request passes before it is queued          10
 ``metrics``         one recorder: steps and requests (TTFT, ITL, p50/p90/     10, 11

@@ -1,4 +1,5 @@
-"""The model runner's job: one step's scheduled tokens as one flat :class:`PagedBatch`.
+"""The model runner's job: one step's scheduled tokens as one flat
+:class:`~pagedlib.attention.metadata.PagedBatch`.
 
 Every scheduled sequence brings the tokens it computes in this step, ``[num_computed_tokens - n,
 num_computed_tokens)`` (the scheduler has already advanced ``num_computed_tokens``): one token for a
@@ -7,46 +8,21 @@ from its sequence's block table, ``slot = table[pos // block_size] * block_size 
 computed for the whole batch at once. Tables shorter than the longest are padded with the block
 manager's null block (block 0, which nobody owns), so a kernel that loads a whole tile of a table
 reads harmless data; ``seq_lens`` masks it. A decode is a chunk of length 1, so one batch and one forward
-pass hold both kinds; when every chunk has length 1 the batch says ``is_decode`` and the model uses
-its decode kernel.
+pass hold both kinds; when every chunk has length 1 the batch says ``is_decode`` and each layer calls
+its backend's ``decode``.
 """
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
 from typing import Sequence as Seq
 
 import torch
 
+from ..attention.metadata import PagedBatch
 from ..memory.block_manager import BlockManager
 from .scheduler import SeqState
 
-__all__ = ["PagedBatch", "build_batch"]
-
-
-@dataclass
-class PagedBatch:
-    """One forward pass over the paged cache: the new tokens of ``num_seqs`` sequences, flattened.
-
-    Sequence ``s`` owns rows ``query_start_loc[s]:query_start_loc[s+1]`` of ``input_ids``; they are
-    its *last* tokens, so its K/V before them must already be in the cache. ``is_decode`` says every
-    sequence brings exactly one token (then ``paged_attention`` runs instead of ``paged_prefill``).
-    ``max_query_len``, if the builder knows it, is the longest chunk: ``paged_prefill`` sizes its grid
-    with it instead of reading ``query_start_loc`` back from the GPU in every layer.
-    """
-
-    input_ids: torch.Tensor        # [num_tokens] int64
-    positions: torch.Tensor        # [num_tokens] int64, each token's index in its sequence
-    slot_mapping: torch.Tensor     # [num_tokens] int64, slot = block_id * block_size + offset
-    block_tables: torch.Tensor     # [num_seqs, max_blocks] int32
-    seq_lens: torch.Tensor         # [num_seqs] int32, tokens in the cache after this step
-    query_start_loc: torch.Tensor  # [num_seqs + 1] int32
-    is_decode: bool
-    max_query_len: int | None = None   # the most new tokens of any sequence (host int), or None: unknown
-    # made by build_batch from the block manager's tables: the backends skip the checks of its values
-    trusted: bool = False
-    # what a backend derives from the batch alone, built in the first layer and reused by the others
-    plans: dict = field(default_factory=dict, repr=False, compare=False)
+__all__ = ["build_batch"]
 
 
 def _longs(values: list[int]) -> torch.Tensor:

@@ -133,16 +133,18 @@ class EngineMetrics(_ByKey):
         self.ttft_p50_s, self.ttft_p90_s, self.ttft_p99_s = (percentile(ttft, q) for q in (50, 90, 99))
         self.itl_p50_s, self.itl_p90_s, self.itl_p99_s = (percentile(itl, q) for q in (50, 90, 99))
 
+    def met_slo(self, ttft_slo_s: float, tpot_slo_s: float) -> int:
+        """Finished requests that met both bounds: TTFT <= ``ttft_slo_s`` and TPOT <= ``tpot_slo_s``."""
+        return sum(1 for r in self.requests if r.ttft_s <= ttft_slo_s and r.tpot_s <= tpot_slo_s)
+
     def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
-        """Finished requests per second of step time that met both bounds: TTFT <= ``ttft_slo_s`` and
-        TPOT <= ``tpot_slo_s`` (DistServe's goodput; vLLM's benchmark ``--goodput``)."""
-        good = sum(1 for r in self.requests if r.ttft_s <= ttft_slo_s and r.tpot_s <= tpot_slo_s)
-        return good / self.elapsed_s if self.elapsed_s else 0.0
+        """Finished requests per second of step time that met both bounds (:meth:`met_slo`;
+        DistServe's goodput; vLLM's benchmark ``--goodput``)."""
+        return self.met_slo(ttft_slo_s, tpot_slo_s) / self.elapsed_s if self.elapsed_s else 0.0
 
     def slo_attainment(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
-        """The share of finished requests that met both bounds."""
-        good = sum(1 for r in self.requests if r.ttft_s <= ttft_slo_s and r.tpot_s <= tpot_slo_s)
-        return good / len(self.requests) if self.requests else 0.0
+        """The share of finished requests that met both bounds (:meth:`met_slo`)."""
+        return self.met_slo(ttft_slo_s, tpot_slo_s) / len(self.requests) if self.requests else 0.0
 
 
 class _RequestLog:

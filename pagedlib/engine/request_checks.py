@@ -7,11 +7,10 @@ vocabulary, longer than the model's context or the whole cache, or more samples 
 """
 from __future__ import annotations
 
-import operator
 from typing import Sequence
 
 from .sampling import SamplingParams
-from ..validation import cdiv
+from ..validation import as_int, cdiv
 
 __all__ = ["sampling_params_for", "check_request"]
 
@@ -42,9 +41,11 @@ def check_request(index: int, prompt: Sequence[int], params: SamplingParams, *, 
     """
     where = f"prompts[{index}]"
     try:
-        tokens = [operator.index(t) for t in prompt]
-    except TypeError:
-        raise ValueError(f"{where} must be a list of integer token ids; got {prompt!r:.60}") from None
+        tokens = [as_int(t) for t in prompt]
+    except TypeError:          # not a sequence
+        tokens = [None]
+    if None in tokens:
+        raise ValueError(f"{where} must be a list of integer token ids; got {prompt!r:.60}")
     if not tokens:
         raise ValueError(f"{where} is empty: a request needs at least one prompt token to start from.")
     bad = [t for t in tokens if not 0 <= t < vocab_size]

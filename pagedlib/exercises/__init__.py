@@ -15,10 +15,18 @@ Every chapter has a module here (``ch02``, ``ch04``, ...) that defines its exerc
 - ``"not attempted"``: the answer is ``...`` or ``None``, or a function that still raises
   ``NotImplementedError`` (the starter code is untouched); the message says what to do, on Colab too.
 
+An answer is read before it is judged, by value, not by type (:func:`normalise`): numpy scalars and
+arrays are the numbers and lists they hold, a Fraction is a float where a float is asked (an int
+where an int is asked and it is whole). A number written as text, alone ("10", "37.6%") or as an item
+of a pair or list (``("C", "3")``), is named with the type expected. What follows "... is not right."
+is a sentence (:func:`sentence`); the site's checker (_static/exercises.js) does the same.
+
 An exercise's answer is either a value or a function. A function is called on every test case and
 compared with the reference; one that raises, returns the wrong type or runs too long is incorrect,
 with a message that names the input it failed on. A checker never shows a traceback or a multi-line
 tensor: values are shortened to one line, and a checker that fails on an odd answer says so plainly.
+Where an exercise says "do not call spec.kv_bytes" (the answer itself), the function gets inputs
+without that helper (``learner_args``, :func:`hide_helpers`), and a call to it is named.
 
 Help comes in rungs: ``.hint()`` (1, the concept), ``.hint(2)`` (the approach), ``.hint(3)`` (almost
 the code), then ``.solution()``. The course's site shows the same question, hints and solution in
@@ -42,6 +50,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..output import display_or_print
+from ..validation import as_int
 from .answers import (OTHERWISE, Above, AllOf, AnyItem, AtLeast, Below, Context, FirstWrong, Item,
                       LengthNot, Not, NotAnInt, NotMultipleOf, OneOf, Rule, values_equal)
 
@@ -101,15 +111,32 @@ _TEXT_ONLY = False  # set while help_html collects what .solution() shows
 
 def _show(obj) -> None:
     """Display ``obj`` as HTML in a notebook (with a plain-text twin), as text elsewhere."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-        if get_ipython() is not None and not _TEXT_ONLY:
-            display({"text/html": obj._repr_html_(), "text/plain": str(obj)}, raw=True)
-            return
-    except ImportError:
-        pass
-    print(obj)
+    if _TEXT_ONLY:
+        print(obj)
+    else:
+        display_or_print(obj, str(obj))
+
+
+class HiddenHelper(AttributeError):
+    """A learner's function used a helper that computes the exercise's own answer.
+
+    An exercise that says "do not call ``spec.kv_bytes``" hands the learner's function inputs whose
+    such helpers raise this (its ``learner_args``); the check shows its message as the verdict."""
+
+
+def hide_helpers(obj: Any, names: Sequence[str], message: str) -> Any:
+    """A copy of the dataclass ``obj`` whose attributes ``names`` raise :class:`HiddenHelper` with
+    ``message`` ("{name}" in it is replaced by the attribute used). Its ``replace`` copies stay so."""
+    import dataclasses
+
+    def hidden(name):
+        def fail(self):
+            raise HiddenHelper(message.format(name=name))
+        return property(fail)
+
+    blind = type(type(obj).__name__, (type(obj),), {n: hidden(n) for n in names})
+    blind.__qualname__ = type(obj).__qualname__
+    return blind(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init})
 
 
 class Timeout(BaseException):
@@ -237,7 +264,9 @@ class Exercise:
     mistakes' answers, what the contract tests use to prove that ``check`` can say "incorrect").
     ``hints`` climb :data:`HINT_RUNGS` (the concept, the approach, almost the code); ``why`` is the
     one line shown with "Correct" (why it is right, or what it means); ``explanation`` follows the
-    solution.
+    solution. ``learner_args(args)`` turns a case's arguments into those the learner's function gets
+    (the reference and the mistakes get the case itself): for instance a spec whose helper that
+    computes the answer is hidden (:func:`hide_helpers`), so that "do not call it" holds.
     """
 
     message_limit = 400      # characters of a message shown; never cut what the learner must see
@@ -254,7 +283,8 @@ class Exercise:
                  timeout: float = 5.0,
                  tolerance: float | None = None,
                  unordered: bool = False,
-                 ignore_case: bool = False):
+                 ignore_case: bool = False,
+                 learner_args: Callable[[tuple], tuple] | None = None):
         if callable(reference) and not cases:
             raise ValueError(f"exercise {name!r}: a function exercise needs test cases")
         if not wrong and not mistakes:
@@ -287,6 +317,7 @@ class Exercise:
         self.why = why or (explanation if explanation and "\n" not in explanation else "")
         self.explanation = explanation
         self.timeout = timeout
+        self.learner_args = learner_args
         _REGISTRY[name] = self
 
     @property
@@ -335,8 +366,11 @@ class Exercise:
         return result
 
     def _judge(self, answer: Any) -> tuple[str, str]:
-        if answer is ... or answer is None:
+        if answer is ...:
             return NOT_ATTEMPTED, "Replace the `...` with your answer, then run the cell."
+        if answer is None:
+            return NOT_ATTEMPTED, ("Your answer is None: put your answer in its place, then run the "
+                                   "cell. (A function that prints instead of returning gives None too.)")
         if self.is_function:
             return self._judge_function(answer)
         return self._judge_value(answer, self.reference, None)
@@ -359,9 +393,13 @@ class Exercise:
     def _judge_value(self, answer: Any, expected: Any, args: tuple | None) -> tuple[str, str]:
         where = "" if args is None else f" for input {self._describe_input(args)}"
         what = "your answer is" if args is None else "the function returned"
+        answer = normalise(answer, expected)
         kinds = _expected_kind(expected)
         if not isinstance(answer, kinds) and not self._compatible_number(answer, expected):
             return INCORRECT, _wrong_type(answer, kinds, what, where)
+        slip = _wrong_item_type(answer, expected)
+        if slip:
+            return INCORRECT, f"{what} {_short(answer)}{where}: {slip}"
         try:
             right = self.compare(answer, expected)
         except Exception:  # noqa: BLE001 - a checker never leaks its own error
@@ -373,7 +411,7 @@ class Exercise:
         else:
             base = f"{_short(answer)} is not right."
         message = self._mistake_message(answer, args, expected) or self._diagnosis(answer, expected, args)
-        message = message or TRY_A_HINT
+        message = sentence(message or TRY_A_HINT)
         room = self.message_limit - len(message) - 1       # what is wrong is never cut: the rest is
         if len(base) > room:
             base = _one_line(base, max(40, room))
@@ -415,20 +453,29 @@ class Exercise:
         if isinstance(expected, bool) or isinstance(answer, bool) or not isinstance(expected, (int, float)):
             return False
         if isinstance(expected, int):
-            return isinstance(answer, numbers.Integral)
+            return as_int(answer) is not None
         return isinstance(answer, numbers.Real)
 
     def _judge_function(self, answer: Any) -> tuple[str, str]:
         if not callable(answer):
             return INCORRECT, f"expected a function, got a {_type_name(answer)}."
+        library = _library_function(answer)
+        if library:
+            return INCORRECT, (f"that is pagedlib's own `{library}`, the answer itself: write your "
+                               "own function (the library's version comes after the exercise).")
         for args in self.cases:
             # each call gets its own copy of the inputs: an answer that changes them in place
             # must not change the test cases (or the reference's result) for later checks
             expected = self.reference(*copy.deepcopy(args))
+            given = copy.deepcopy(args)
+            if self.learner_args is not None:
+                given = tuple(self.learner_args(given))
             try:
-                got = _call_with_timeout(answer, copy.deepcopy(args), self.timeout)
+                got = _call_with_timeout(answer, given, self.timeout)
             except NotImplementedError:
                 return NOT_ATTEMPTED, "the function still raises NotImplementedError: fill in its body."
+            except HiddenHelper as exc:
+                return INCORRECT, f"{exc}"
             except Timeout:
                 return INCORRECT, (f"the function ran for more than {self.timeout:g} s on input "
                                    f"{self._describe_input(args)}: is there a loop that never ends?")
@@ -498,6 +545,65 @@ class Exercise:
         return "\n".join(parts)
 
 
+def _library_function(answer: Any) -> str | None:
+    """``module.name`` when ``answer`` is one of pagedlib's own functions (not an exercise's),
+    handed in as the answer; else None."""
+    module = getattr(answer, "__module__", None) or ""
+    if module.startswith("pagedlib.") and not module.startswith(f"{__name__}"):
+        return f"{module}.{getattr(answer, '__qualname__', getattr(answer, '__name__', '?'))}"
+    return None
+
+
+def normalise(answer: Any, expected: Any) -> Any:
+    """``answer`` as the plain Python value it stands for, judged by value, not by type: numpy
+    scalars and arrays become Python numbers and lists, a Fraction becomes a float where a float is
+    asked (an int where an int is asked and it is whole), item by item inside lists and tuples.
+    Anything else (a str, a tensor, a Fraction that is not whole where an int is asked) is left as
+    it is, for the type check to name."""
+    import numbers
+    if type(answer).__module__ == "numpy" and hasattr(answer, "tolist") and not _is_tensor(expected):
+        answer = answer.tolist()                 # ndarray -> (nested) list, numpy scalar -> number
+    if isinstance(answer, numbers.Rational) and not isinstance(answer, (int, bool)) \
+            and not isinstance(expected, bool):
+        if isinstance(expected, float):
+            return float(answer)
+        if isinstance(expected, int) and answer.denominator == 1:
+            return int(answer)
+        return answer
+    if isinstance(answer, (list, tuple)):
+        items = expected if isinstance(expected, (list, tuple)) and len(expected) == len(answer) \
+            else [None] * len(answer)
+        return type(answer)(normalise(a, e) for a, e in zip(answer, items))
+    return answer
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: its first letter a capital (it follows "... is not right.")."""
+    return text[:1].upper() + text[1:] if text[:1].islower() else text
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _wrong_item_type(answer: Any, expected: Any, path: str = "") -> str | None:
+    """The first item of a list or tuple written as text where the answer has a number there:
+    ``("C", "3")`` for ``("C", 3)``. None when every item has a number's place right."""
+    if not (isinstance(answer, (list, tuple)) and isinstance(expected, (list, tuple))
+            and len(answer) == len(expected)):
+        return None
+    for i, (a, e) in enumerate(zip(answer, expected)):
+        where = f"{path}[{i}]"
+        if _is_number(e) and isinstance(a, str):
+            want = "an int" if isinstance(e, int) else "a number"
+            return (f"item {where} is the text {_short(a, 40)}, a str; expected {want} there: "
+                    f"write the number itself, without quotes.")
+        inner = _wrong_item_type(a, e, where)
+        if inner:
+            return inner
+    return None
+
+
 def _plain(value: Any) -> bool:
     """A value the website can hold too: numbers, str, bool, None, and lists and tuples of them."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -516,6 +622,13 @@ def _wrong_type(answer: Any, kinds: tuple[type, ...], what: str, where: str) -> 
     if int in kinds and float not in kinds and isinstance(answer, float):
         return (f"{what} {_short(answer)}{where}, a float; expected an int. `/` always gives a "
                 f"float: use `//` (which rounds down) or round the result yourself.")
+    if answer is None:
+        return (f"{what} None{where}; expected {want}. Does the function `return` its result? One "
+                f"without `return` (or one that prints it) gives None.")
+    if number_asked and isinstance(answer, str) and answer.strip().endswith("%"):
+        share = " (a share as a fraction: 25% is 0.25)" if float in kinds else ""
+        return (f"{what} the text {_short(answer)}{where}, a str; expected {want}: "
+                f"write the number itself, without quotes or a % sign{share}.")
     if number_asked and isinstance(answer, str):
         return (f"{what} the text {_short(answer)}{where}, a str; expected {want}: "
                 f"write the number itself, without quotes.")
@@ -560,7 +673,7 @@ def registry() -> dict[str, Exercise]:
     return dict(sorted(_REGISTRY.items()))
 
 
-__all__ = ["Exercise", "Result", "registry", "default_compare", "CORRECT", "INCORRECT",
+__all__ = ["Exercise", "Result", "registry", "HiddenHelper", "hide_helpers", "default_compare", "normalise", "sentence", "CORRECT", "INCORRECT",
            "NOT_ATTEMPTED", "HINT_RUNGS", "MIN_HINTS", "Rule", "Above", "Below", "AtLeast",
            "NotMultipleOf", "LengthNot", "Item", "AnyItem", "OneOf", "AllOf", "Not", "FirstWrong", "NotAnInt",
            "OTHERWISE"]

@@ -27,6 +27,8 @@ import numbers
 import operator
 from typing import Any
 
+from ..validation import as_int
+
 __all__ = ["Rule", "Above", "Below", "AtLeast", "NotMultipleOf", "LengthNot", "Item", "AnyItem",
            "OneOf", "AllOf", "Not", "FirstWrong", "NotAnInt", "OTHERWISE", "values_equal", "to_json_value",
            "answer_spec"]
@@ -185,7 +187,7 @@ class NotAnInt(Rule):
     op = "not_an_int"
 
     def matches(self, answer, ctx):
-        return not (isinstance(answer, numbers.Integral) and not isinstance(answer, bool))
+        return as_int(answer) is None
 
 
 class _Otherwise(Rule):

@@ -3,7 +3,7 @@
 Reference solutions are plain functions (or values); each name is then rebound to its Exercise, so
 a notebook calls ``ex.kv_bytes_per_token.check(my_function)``.
 """
-from . import OTHERWISE, Below, Exercise, OneOf
+from . import OTHERWISE, Below, Exercise, OneOf, hide_helpers
 from ..memory.capacity import GPU_MEMORY_UTILIZATION, GPUS, MODELS, ModelSpec
 
 
@@ -12,10 +12,32 @@ def kv_bytes_per_token(spec: ModelSpec) -> int:
     return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * spec.dtype_bytes
 
 
+# ModelSpec's helpers that compute these exercises' answers: the learner's function gets a spec
+# without them (the exercises say "do not call spec.kv_bytes_per_token / spec.kv_bytes")
+_BYTE_HELPERS = ("kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_bytes", "kv_bytes_per_token_at",
+                 "block_bytes", "tokens_held")
+
+
+def _spec_without_helpers(args: tuple) -> tuple:
+    spec, *rest = args
+    return (hide_helpers(spec, _BYTE_HELPERS,
+                         "The function uses `spec.{name}`, which computes the answer itself: work it out "
+                         "from the spec's fields (num_layers, num_kv_heads, head_dim, ...) instead."),
+            *rest)
+
+
 def _diagnose_bytes(answer, expected, args):
     spec = args[0]
-    if answer * 2 == expected:
+    forgot_kv = answer * 2 == expected
+    forgot_dtype = spec.dtype_bytes != 1 and answer * spec.dtype_bytes == expected
+    if forgot_kv and forgot_dtype:       # a 2-byte dtype: the two slips give the same number
+        return ("half the right size: count a key AND a value for every token, in bytes "
+                "(dtype_bytes each), not in elements.")
+    if forgot_kv:
         return "half the right size: the cache keeps a key AND a value for every token."
+    if forgot_dtype:
+        return (f"that counts elements; {spec.name} keeps dtype_bytes={spec.dtype_bytes} bytes per "
+                f"element: multiply by dtype_bytes for bytes.")
     if answer == expected * spec.num_heads // spec.num_kv_heads and spec.num_heads != spec.num_kv_heads:
         return (f"{spec.name} uses grouped-query attention: only num_kv_heads={spec.num_kv_heads} "
                 f"heads are cached, not num_heads={spec.num_heads}.")
@@ -23,13 +45,14 @@ def _diagnose_bytes(answer, expected, args):
         return "that is bits; the question asks for bytes."
     if answer * spec.num_layers == expected:
         return "that is one layer; every layer keeps its own K and V."
-    if answer * spec.dtype_bytes == expected:
-        return "that counts elements; multiply by dtype_bytes for bytes."
     return None
 
 
 # the plain shape only: windows, latents and fixed state are exercise ch01.cache_bytes
-_SPECS = [m for m in MODELS.values() if m.is_uniform] + [ModelSpec("tiny-fp32", 2, 4, 4, 16, 0, 128, dtype_bytes=4)]
+# The fp32 case first: with a 2-byte dtype a forgotten dtype_bytes and a forgotten K-and-V give the
+# same number, so the first case a slip fails on must tell them apart.
+_SPECS = ([ModelSpec("tiny-fp32", 2, 4, 4, 16, 0, 128, dtype_bytes=4)]
+          + [m for m in MODELS.values() if m.is_uniform])
 
 kv_bytes_per_token = Exercise(
     "ch01.kv_bytes_per_token",
@@ -37,11 +60,14 @@ kv_bytes_per_token = Exercise(
     kv_bytes_per_token,
     cases=[(s,) for s in _SPECS],
     diagnose=_diagnose_bytes,
+    learner_args=_spec_without_helpers,
     hints=["Each layer stores, per token, one key vector and one value vector for every KV head.",
            "One vector has head_dim elements of dtype_bytes bytes each; use num_kv_heads, not num_heads.",
            "2 * num_layers * num_kv_heads * head_dim * dtype_bytes."],
     wrong=[lambda s: s.num_layers * s.num_kv_heads * s.head_dim * s.dtype_bytes,
-           lambda s: 2 * s.num_layers * s.num_heads * s.head_dim * s.dtype_bytes],
+           lambda s: 2 * s.num_layers * s.num_heads * s.head_dim * s.dtype_bytes,
+           lambda s: 2 * s.num_layers * s.num_kv_heads * s.head_dim,
+           lambda s: s.kv_bytes_per_token],
     explanation="K and V, in every layer, for every cached (KV) head: only KV heads are stored, "
                 "so GQA shrinks the cache.",
 )
@@ -198,6 +224,7 @@ cache_bytes = Exercise(
     cache_bytes,
     cases=_CACHE_CASES,
     diagnose=_diagnose_cache,
+    learner_args=_spec_without_helpers,
     hints=["Count, layer by layer, how many tokens each layer keeps and how many bytes one token costs "
            "it; then add what does not depend on the length at all.",
            "Global layers (spec.num_global_layers) keep num_tokens; windowed ones (spec.num_windowed_layers) "
@@ -206,9 +233,10 @@ cache_bytes = Exercise(
            "tokens = global * n + windowed * min(n, window); int(tokens * per_token_per_layer) + "
            "spec.state_bytes_per_seq"],
     wrong=[_naive_cache_bytes,
-           lambda spec, n: spec.replace(sliding_window=None).kv_bytes(n),
-           lambda spec, n: spec.kv_bytes(n) - spec.state_bytes_per_seq + (
-               spec.kv_bytes(n) if spec.kv_latent_dim is not None else 0)],
+           lambda spec, n: cache_bytes.reference(spec.replace(sliding_window=None), n),
+           lambda spec, n: cache_bytes.reference(spec, n) - spec.state_bytes_per_seq + (
+               cache_bytes.reference(spec, n) if spec.kv_latent_dim is not None else 0),
+           lambda spec, n: spec.kv_bytes(n)],
     why="each layer keeps what its kind keeps: all tokens, a window, one latent, or a fixed state.",
     explanation="The plain formula counts one figure per token for every layer. Windowed layers stop "
                 "growing at their window, an MLA latent replaces K and V heads, state layers cost a "

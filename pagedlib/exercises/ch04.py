@@ -6,9 +6,9 @@ name is rebound to the Exercise built from it, so a notebook calls ``ex.blocks_f
 from . import Above, Exercise
 
 
-def blocks_for(n_tokens: int, block_size: int) -> int:
-    """Whole blocks of ``block_size`` tokens needed to hold ``n_tokens`` tokens."""
-    return (n_tokens + block_size - 1) // block_size
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Whole blocks of ``block_size`` tokens needed to hold ``num_tokens`` tokens."""
+    return (num_tokens + block_size - 1) // block_size
 
 
 def _diagnose_pages(answer, expected, args):
@@ -24,14 +24,14 @@ def _diagnose_pages(answer, expected, args):
 
 blocks_for = Exercise(
     "ch04.blocks_for",
-    "How many whole pages of `block_size` tokens does a sequence of `n_tokens` tokens need?",
+    "How many whole pages of `block_size` tokens does a sequence of `num_tokens` tokens need?",
     blocks_for,
     cases=[(512, 16), (37, 16), (1900, 16), (128, 16), (4, 16), (0, 16), (1, 1), (16, 16), (17, 16),
            (2048, 2048), (2049, 2048), (5, 3)],
     diagnose=_diagnose_pages,
     hints=["A partly filled last page is still a whole page: 17 tokens in pages of 16 need 2 pages.",
            "That is a division rounded up. Check the edges: 0 tokens need 0 pages, 16 need 1.",
-           "`(n_tokens + block_size - 1) // block_size`"],
+           "`(num_tokens + block_size - 1) // block_size`"],
     wrong=[lambda n, p: n // p, lambda n, p: n // p + 1],
     explanation="Every page but the last is full and the last holds the remainder, so the count is "
                 "the length divided by the page size, rounded up.",
@@ -81,10 +81,10 @@ append_token = Exercise(
 )
 
 
-def last_page_len(n_tokens: int, block_size: int) -> int:
-    """Tokens on the last page of a sequence of ``n_tokens >= 1`` tokens: 1 to ``block_size``
+def last_page_len(num_tokens: int, block_size: int) -> int:
+    """Tokens on the last page of a sequence of ``num_tokens >= 1`` tokens: 1 to ``block_size``
     (FlashInfer's ``kv_last_page_len``). A sequence that fills its pages exactly has a FULL last page."""
-    return (n_tokens - 1) % block_size + 1
+    return (num_tokens - 1) % block_size + 1
 
 
 def _diagnose_last(answer, expected, args):
@@ -101,7 +101,7 @@ def _diagnose_last(answer, expected, args):
 
 last_page_len = Exercise(
     "ch04.last_page_len",
-    "A sequence of `n_tokens` tokens (at least 1) sits in pages of `block_size`. How many tokens are on "
+    "A sequence of `num_tokens` tokens (at least 1) sits in pages of `block_size`. How many tokens are on "
     "its last page? (FlashInfer calls this `kv_last_page_len`, between 1 and block_size.)",
     last_page_len,
     cases=[(37, 16), (512, 16), (1, 16), (16, 16), (17, 16), (1900, 16), (4, 16), (5, 1), (64, 32),
@@ -109,8 +109,8 @@ last_page_len = Exercise(
     diagnose=_diagnose_last,
     hints=["Every page before the last is full; the last holds what is left, and at least one token.",
            "The remainder n % block_size is almost it, except when it is 0: then the last page is full.",
-           "`(n_tokens - 1) % block_size + 1`, or "
-           "`n_tokens - (blocks_for(n_tokens, block_size) - 1) * block_size`"],
+           "`(num_tokens - 1) % block_size + 1`, or "
+           "`num_tokens - (blocks_for(num_tokens, block_size) - 1) * block_size`"],
     wrong=[lambda n, p: n % p, lambda n, p: p - n % p],
     explanation="kv_len = block_size * (seq_blocks - 1) + last_page_len holds only if a full last page "
                 "counts block_size, never 0.",
@@ -132,7 +132,26 @@ predict_capacity = _capacity_at(_LENGTHS, 256, _POOL)
 
 
 # (answer, message) for the near misses; no digits of the answer in these messages
+def _whole_mixes(lengths: tuple, block_size: int, pool_slots: int) -> int:
+    """Whole copies of the mix that fit (a near miss: capacity counts fractional copies too)."""
+    return pool_slots // sum((n + block_size - 1) // block_size * block_size for n in lengths)
+
+
+_MIX = len(_LENGTHS)
 _PREDICT_MISTAKES = [
+    (_whole_mixes(_LENGTHS, 256, _POOL) * _MIX,
+     "That counts whole copies of the five-request mix only. Capacity counts requests at the mix's "
+     "average cost, fractional copies included: the pool's slots times five, divided by the slots "
+     "one copy of the mix holds, rounded down once at the end."),
+    (_whole_mixes(_LENGTHS, 256, _POOL),
+     "That is how many copies of the whole five-request mix fit; the question asks for requests, "
+     "and each copy holds five of them."),
+    (_whole_mixes(_LENGTHS, 16, _POOL) * _MIX,
+     "That counts whole copies of the mix, with the chapter's 16-token pages: use 256-token pages, "
+     "and count requests at the mix's average cost (fractional copies included)."),
+    (_whole_mixes(_LENGTHS, 16, _POOL),
+     "That is how many copies of the whole mix fit with 16-token pages; the question asks for "
+     "requests, with 256-token pages."),
     (_capacity_at(_LENGTHS, 16, _POOL),
      "that is the capacity with 16-token pages, the chapter's number; with 256-token pages each "
      "request's last page is rounded up much further: round each length up to a multiple of 256."),
@@ -148,7 +167,8 @@ _PREDICT_MISTAKES = [
 predict_capacity = Exercise(
     "ch04.predict_capacity",
     "Predict before the sweep: with 256-token pages instead of 16, how many requests of the five-request "
-    "mix fit the 40,960-slot pool?",
+    "mix fit the 40,960-slot pool? (Capacity counts requests in the mix's proportions at its average "
+    "cost: fractional copies of the mix count, as in the chapter's 78.)",
     predict_capacity,
     mistakes=_PREDICT_MISTAKES,
     hints=["Round each of the five lengths up to whole 256-token pages.",
@@ -180,6 +200,13 @@ capacity_at = Exercise(
            ((100, 100, 100), 64, 10_000), ((1, 2, 3), 8, 1000), ((33,), 16, 480)],
     diagnose=_diagnose_capacity,
     mistakes=[
+        (lambda lengths, p, pool: _whole_mixes(lengths, p, pool) * len(lengths),
+         "that counts whole copies of the mix only; capacity counts requests at the mix's average "
+         "cost, fractional copies included: multiply the pool by len(lengths) first, then divide "
+         "once, rounding down."),
+        (_whole_mixes,
+         "that is how many copies of the whole mix fit; the question asks for requests: each copy "
+         "holds len(lengths) of them."),
         (lambda lengths, p, pool: pool // (-(-max(lengths) // p) * p),
          "that sizes every request like the longest one, as reserve-max does; with pages each request "
          "holds only its own length rounded up, so divide by the mix's average, not its maximum."),

@@ -17,6 +17,7 @@ from itertools import count
 
 from . import (CORRECT, INCORRECT, NOT_ATTEMPTED, Above, Below, Exercise, Item, LengthNot, Timeout,
                _call_with_timeout, _show, _Text)
+from ..validation import cdiv
 
 # ---- exercise 1: fork + copy-on-write ------------------------------------------------------------
 
@@ -47,10 +48,10 @@ class SharingPool:
         if self.ref[block] == 0:
             self.free_blocks.append(block)
 
-    def allocate(self, seq, n_tokens: int) -> None:
-        n_blocks = -(-n_tokens // self.block_size)
+    def allocate(self, seq, num_tokens: int) -> None:
+        n_blocks = cdiv(num_tokens, self.block_size)
         self.tables[seq] = [self.new_block() for _ in range(n_blocks)]
-        self.lens[seq] = n_tokens
+        self.lens[seq] = num_tokens
 
     def free(self, seq) -> None:
         for block in reversed(self.tables.pop(seq)):
@@ -128,9 +129,9 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
 
     Every token a sequence writes is a new number stored at the slot its block table gives; the
     copies ``append`` returns are applied first. The outcome counts the live sequences that read back
-    exactly their own tokens, the blocks in use, the copies made, and whether every ref count equals
-    the number of tables holding the block, and whether a fork left two sequences sharing one list
-    object as their table (an alias).
+    exactly their own tokens, the blocks in use, the copies made, whether every ref count equals
+    the number of tables holding the block (at the end, and right after every fork), and whether a
+    fork left two sequences sharing one list object as their table (an alias).
     """
     pool = pool_class(num_blocks, block_size)
     kv: dict[int, list] = {}        # block -> the token stored in each of its slots
@@ -138,6 +139,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
     fresh = count(100)
     copies = 0
     aliased = False
+    fork_counted = True             # every fork left each ref count equal to the tables holding it
 
     def write(seq, position, token):
         block = pool.tables[seq][position // block_size]
@@ -145,15 +147,16 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
 
     for op, *args in script:
         if op == "allocate":
-            seq, n_tokens = args
-            pool.allocate(seq, n_tokens)
-            written[seq] = [next(fresh) for _ in range(n_tokens)]
+            seq, num_tokens = args
+            pool.allocate(seq, num_tokens)
+            written[seq] = [next(fresh) for _ in range(num_tokens)]
             for position, token in enumerate(written[seq]):
                 write(seq, position, token)
         elif op == "fork":
             parent, child = args
             pool.fork(parent, child)
             aliased = aliased or pool.tables.get(child) is pool.tables.get(parent)
+            fork_counted = fork_counted and _ref_counts_match(pool)
             written[child] = list(written[parent])
         elif op == "append":
             (seq,) = args
@@ -175,6 +178,7 @@ def replay(pool_class, num_blocks: int, block_size: int, script) -> dict:
         "blocks in use": sum(1 for r in pool.ref if r > 0),
         "copies": copies,
         "ref counts match tables": _ref_counts_match(pool),
+        "ref counts match after every fork": fork_counted,
         "aliased tables": aliased,
     }
 
@@ -206,9 +210,16 @@ ALIAS_MESSAGE = ("fork made the child's table the same list as the parent's "
                  "its own copy, `list(self.tables[parent])`.")
 
 
+FORK_REFS_MESSAGE = ("fork did not count the new references: after it, every block the child shares "
+                     "is held by one more table, so its ref count must go up by one. Without that, "
+                     "append sees a ref count of 1 and writes into a block the parent still reads.")
+
+
 def _diagnose_pool(got: dict, expected: dict) -> str:
     if got["aliased tables"]:
         return ALIAS_MESSAGE
+    if not got["ref counts match after every fork"]:
+        return FORK_REFS_MESSAGE
     if got["read back their own tokens"] != got["sequences"]:
         return ("a sequence no longer reads back its own tokens: a token was written into a block that "
                 "another sequence still uses (is a shared, partly filled block copied before the write, "

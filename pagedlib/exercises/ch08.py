@@ -305,7 +305,7 @@ def _lse_case(lengths: list[int], block_size: int, kv_head: int, seed: int, boos
 
 def _diagnose_lse(got: torch.Tensor, case: KernelCase) -> str | None:
     if torch.isinf(got).any() and torch.isfinite(case.expected).all():
-        return ("inf: exp overflowed on large scores. Subtract the running max before exponentiating "
+        return ("An inf: exp overflowed on large scores. Subtract the running max before exponentiating "
                 "(exp(s - m)), and add it back at the end: lse = m + log(l).")
     if torch.allclose(got.float(), case.meta["first_page"].float(), atol=1e-3):
         return "That is the log-sum-exp of the first page only: loop over all tl.cdiv(seq_len, BLOCK_SIZE)."
@@ -374,7 +374,7 @@ online_lse = KernelExercise(
     diagnose=_diagnose_lse,
     mistakes=[
         (variant(online_lse_kernel, "l = l * tl.exp(m - m_new) +", "l = l +"),
-         "l was not moved onto the new max: when a page raises m, the sum so far was measured "
+         "`l` was not moved onto the new max: when a page raises m, the sum so far was measured "
          "against the old max, so multiply it by exp(m - m_new) before adding the page's terms."),
         (variant(online_lse_kernel, "m + tl.log(l))", "tl.log(l))"),
          "That is log(l), the log-sum-exp measured from the running max: l sums exp(score - m), so "
@@ -470,6 +470,9 @@ def _decode_case(lengths: list[int], num_heads: int, num_kv_heads: int, block_si
     meta = dict(group=group, lengths=lengths)
     if group > 1:
         meta["interleaved"] = _attend_heads(inputs, [h % num_kv_heads for h in range(num_heads)])
+    by_remainder = [h % group for h in range(num_heads)]          # `head % GROUP`: a slip
+    if by_remainder != [h // group for h in range(num_heads)] and max(by_remainder) < num_kv_heads:
+        meta["remainder"] = _attend_heads(inputs, by_remainder)
     return KernelCase(label, inputs, paged_attention_ref(*x.args()), meta=meta)
 
 
@@ -480,6 +483,11 @@ _DECODE_CASES = [_decode_case([1, 4, 5, 11], 2, 2, 4, seed=30),
 
 
 def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
+    remainder = case.meta.get("remainder")
+    if remainder is not None and torch.allclose(got.float(), remainder, atol=1e-3):
+        return (f"Query head h read K/V head h % GROUP (GROUP = {case.meta['group']} here): the "
+                "remainder is h's place inside its group, not the group. The GROUP consecutive query "
+                "heads of a group share one K/V head: which group is h in?")
     interleaved = case.meta.get("interleaved")
     if interleaved is not None and torch.allclose(got.float(), interleaved, atol=1e-3):
         return (f"Query head h read K/V head h % num_kv_heads; with groups of {case.meta['group']}, "
@@ -598,10 +606,10 @@ decode = KernelExercise(
          "heads than query heads, so the later heads read other tokens' rows. Each group of GROUP "
          "consecutive query heads shares one K/V head: `head // GROUP`."),
         (variant(decode_kernel, "l = l * alpha +", "l = l +"),
-         "l was not rescaled: when a page raises m, the sum so far was measured against the old "
+         "`l` was not rescaled: when a page raises m, the sum so far was measured against the old "
          "max; multiply it by alpha = exp(m - m_new) before adding the page's sum, as for acc."),
         (variant(decode_kernel, "acc = acc * alpha +", "acc = acc +"),
-         "acc was not rescaled: when a page raises m, the weighted sum so far was measured against "
+         "`acc` was not rescaled: when a page raises m, the weighted sum so far was measured against "
          "the old max; multiply it by alpha, the same factor as l, before adding the page's rows."),
         (variant(decode_kernel, "dims, acc / l)", "dims, acc)"),
          "The output is acc, not acc / l: the weights exp(score - m) sum to l, not to 1, so divide "

@@ -13,8 +13,10 @@ import triton.language as tl
 from .. import runtime
 from ..attention.inputs import random_paged_inputs
 from ..attention.reference import gather_kv
-from ..attention.triton_backend import MAX_SPLITS, MIN_TOKENS_PER_SPLIT   # the rule of choose_num_splits: one definition
-from . import AtLeast, Exercise
+from ..validation import cdiv
+from ..attention.kernels.launch import (FULL_WAVE, MAX_SPLITS, MIN_TILES_PER_SPLIT,  # the rule of choose_num_splits:
+                                       WAVE_SLACK)                                  # one definition
+from . import Exercise
 from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
 
 DEVICE, DTYPE = runtime.DEVICE, runtime.DTYPE
@@ -24,7 +26,9 @@ def merge_partials(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,
                    lse2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge the attention of two disjoint token ranges, each given as (normalised output, log-sum-exp)."""
     lse = torch.logaddexp(lse1, lse2)                    # log(e^lse1 + e^lse2), without overflow
-    return torch.exp(lse1 - lse) * o1 + torch.exp(lse2 - lse) * o2, lse
+    # both ranges empty: lse = -inf, and exp(-inf - (-inf)) would be NaN: subtract 0 instead (weights 0)
+    safe = torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+    return torch.exp(lse1 - safe) * o1 + torch.exp(lse2 - safe) * o2, lse
 
 
 def _merge_cases() -> list[tuple]:
@@ -35,7 +39,14 @@ def _merge_cases() -> list[tuple]:
     return [(o(), torch.tensor(1.5), o(), torch.tensor(0.2)),
             (o(), torch.tensor(-3.0), o(), torch.tensor(2.0)),
             (o(), torch.tensor(0.7), torch.zeros(4), torch.tensor(float("-inf"))),     # an empty range
+            (torch.zeros(4), torch.tensor(float("-inf")), torch.zeros(4), torch.tensor(float("-inf"))),  # both
             (o(), torch.tensor(1000.0), o(), torch.tensor(999.0))]                      # huge scores
+
+
+def _finite(lse: torch.Tensor) -> torch.Tensor:
+    """``lse``, with -inf (two empty ranges) replaced by 0: what the mistakes below subtract, so that
+    an answer that gives NaN there meets the diagnosis that says so, not another mistake's message."""
+    return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
 
 
 def _diagnose_merge(answer, expected, args) -> str | None:
@@ -44,6 +55,10 @@ def _diagnose_merge(answer, expected, args) -> str | None:
     out, lse = answer
     if not isinstance(out, torch.Tensor) or not isinstance(lse, torch.Tensor):
         return "Both results should be tensors."
+    if (torch.isnan(out).any() or torch.isnan(lse).any()) and args[1] == args[3] == float("-inf"):
+        return ("NaN for two empty ranges (both lse = -inf): the merged lse is -inf too, and "
+                "exp(-inf - (-inf)) is NaN. Subtract 0 where the merged lse is -inf (torch.where): "
+                "the weights are then 0 and the output 0, as an empty range's.")
     if torch.isnan(out).any() or torch.isnan(lse).any():
         return "NaN: exp(lse) overflows for large scores; subtract the larger lse before exponentiating."
     if torch.allclose(lse.double(), expected[1].double(), atol=1e-5) and out.shape == expected[0].shape:
@@ -63,8 +78,9 @@ merge_partials = Exercise(
            "exp(lse1) / (exp(lse1) + exp(lse2)); the merged lse is the log of the summed weights.",
            "Compute the merged lse first, without exponentiating large numbers (subtract the larger "
            "lse, or use `torch.logaddexp`); then each range's weight is `exp(lse_r - lse)`.",
-           "`lse = torch.logaddexp(lse1, lse2)`; "
-           "`o = torch.exp(lse1 - lse) * o1 + torch.exp(lse2 - lse) * o2`; return `(o, lse)`."],
+           "`lse = torch.logaddexp(lse1, lse2)`; `safe = torch.where(lse == float('-inf'), 0.0, lse)` "
+           "(two empty ranges); `o = torch.exp(lse1 - safe) * o1 + torch.exp(lse2 - safe) * o2`; "
+           "return `(o, lse)`."],
     explanation="Each range's weight is its share exp(lse_r - lse) of the total softmax sum, so the "
                 "merge is exact and can be repeated.",
     mistakes=[
@@ -77,8 +93,8 @@ merge_partials = Exercise(
         (lambda o1, l1, o2, l2: (o1 + o2, torch.logaddexp(l1, l2)),
          "The output adds the two normalised outputs: each is already divided by its own range's sum, "
          "so weigh each by its share exp(lse_r - lse) before adding."),
-        (lambda o1, l1, o2, l2: (torch.exp(l1 - torch.maximum(l1, l2)) * o1
-                                 + torch.exp(l2 - torch.maximum(l1, l2)) * o2, torch.maximum(l1, l2)),
+        (lambda o1, l1, o2, l2: (torch.exp(l1 - _finite(torch.maximum(l1, l2))) * o1
+                                 + torch.exp(l2 - _finite(torch.maximum(l1, l2))) * o2, torch.maximum(l1, l2)),
          "Subtracting the larger lse avoids overflow, but the merged lse is not the larger one: it is "
          "log(exp(lse1) + exp(lse2)) (`torch.logaddexp`), and the weights are exp(lse_r - merged lse)."),
     ],
@@ -90,88 +106,112 @@ merge_partials = Exercise(
 )
 
 
-def num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
-    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.triton_backend.choose_num_splits``."""
-    programs = max(1, num_seqs * num_kv_heads)          # the single pass's grid
-    if programs >= sms:
-        return 1                                        # the GPU is already full
-    wanted = math.ceil(2 * sms / programs)              # about two programs per multiprocessor
-    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
-    return max(1, min(wanted, useful, MAX_SPLITS))
+def num_splits(programs: int, key_tiles: int, sms: int, per_sm: int) -> int:
+    """Splits per sequence for split-K decode, by the rule of ``pagedlib.attention.kernels.launch.choose_num_splits``."""
+    slots = sms * per_sm                                # one wave: every SM holds per_sm programs
+    if programs >= FULL_WAVE * slots:
+        return 1                                        # the single pass nearly fills a wave
+    most = max(1, min(MAX_SPLITS, slots, key_tiles // MIN_TILES_PER_SPLIT))   # every split > 4 key tiles
+
+    def efficiency(s):                                  # how full the waves of programs * s programs are
+        waves = programs * s / slots
+        return waves / math.ceil(waves)
+    best = max(efficiency(s) for s in range(1, most + 1))
+    return min(s for s in range(1, most + 1) if efficiency(s) >= WAVE_SLACK * best)
+
+
+def _wave_efficiency(programs: int, slots: int) -> float:
+    return programs / slots / math.ceil(programs / slots)
 
 
 def _diagnose_splits(answer, expected, args) -> str | None:
-    num_seqs, num_kv_heads, max_seq_len, sms = args
-    programs = max(1, num_seqs * num_kv_heads)
-    if programs >= sms and answer != 1:
-        return f"{programs} programs already fill {sms} SMs: no split (1)."
+    programs, key_tiles, sms, per_sm = args
+    slots = sms * per_sm
+    if not isinstance(answer, int) or answer < 1:
+        return "Return a whole number of splits, at least 1."
+    if programs >= FULL_WAVE * slots and answer != 1:
+        return (f"{programs} programs fill at least {FULL_WAVE:.0%} of a wave of {sms} x {per_sm}: "
+                "no split (1).")
+    if answer > 1 and key_tiles // answer < MIN_TILES_PER_SPLIT:
+        return (f"{answer} splits of {key_tiles} key tiles leave a split {key_tiles // answer} tiles: "
+                f"keep s <= key_tiles // {MIN_TILES_PER_SPLIT}.")
     if answer > MAX_SPLITS:
-        return f"More than {MAX_SPLITS} splits: apply the cap of {MAX_SPLITS}."
-    if answer > max(1, max_seq_len // MIN_TOKENS_PER_SPLIT):
-        return (f"Each split must keep at least {MIN_TOKENS_PER_SPLIT} tokens of the longest "
-                f"sequence: cap by max_seq_len // {MIN_TOKENS_PER_SPLIT}.")
-    if programs < sms and answer == (2 * sms) // programs and answer < expected:
-        return "Round the splits up (math.ceil), not down."
+        return f"More than {MAX_SPLITS} splits: cap at {MAX_SPLITS}."
+    if answer > expected:
+        return ("Those waves are full enough, but fewer splits are too (within 85% of the best): "
+                "take the smallest such count.")
+    if answer < expected:
+        return (f"{programs * answer} programs in waves of {slots} fill "
+                f"{_wave_efficiency(programs * answer, slots):.0%} of them: under 85% of the best.")
     return None
 
 
 num_splits = Exercise(
     "ch09.num_splits",
-    "The single-pass kernel launches `num_seqs * num_kv_heads` programs. If that is at least `sms`, "
-    "return 1. Otherwise return enough splits for about two programs per multiprocessor "
-    "(`ceil(2 * sms / programs)`), but no more than `max_seq_len // 256` (each split keeps at least 256 "
-    "tokens of the longest sequence), no more than 32, and never fewer than 1.",
+    "The single pass launches `programs` programs; the longest sequence has `key_tiles` tiles of keys; "
+    "the GPU has `sms` multiprocessors, each holding `per_sm` programs at once, so a wave is `slots = "
+    "sms * per_sm` programs. Return 1 if `programs >= 0.8 * slots`. Otherwise, for each split count `s` "
+    "from 1 to `min(32, slots, key_tiles // 5)` (at least 1: every split keeps 5 key tiles), the wave "
+    "efficiency of `programs * s` programs is `waves / ceil(waves)` with `waves = programs * s / "
+    "slots`; return the smallest `s` whose efficiency is at least 0.85 times the best.",
     num_splits,
-    cases=[(1, 8, 32768, 132), (64, 8, 4096, 132), (4, 8, 2048, 108), (2, 8, 512, 40), (1, 1, 100, 40),
-           (16, 8, 8192, 132), (5, 8, 16384, 40), (1, 8, 1024, 132), (3, 4, 65536, 108)],
+    cases=[(8, 512, 132, 4), (512, 128, 132, 4), (24, 512, 40, 4), (16, 32, 40, 1), (1, 3, 40, 4),
+           (128, 256, 132, 4), (64, 256, 132, 4), (420, 256, 132, 4), (40, 2048, 108, 1), (1, 100000, 132, 1),
+           (3, 9, 132, 4), (12, 128, 16, 2), (256, 512, 132, 4)],
     diagnose=lambda answer, expected, args: _diagnose_splits(answer, expected, args),
-    hints=["Splitting pays only while SMs would sit idle, and only while each split keeps enough "
-           "tokens to be worth a program. So: no split when the grid already fills the GPU; "
-           "otherwise aim for two programs per SM, then cap.",
-           "Work it out for one sequence with 8 K/V heads on 132 multiprocessors: 8 programs, so "
-           "about 264 / 8 = 33 splits would give two programs per multiprocessor; then apply the "
-           "cap by tokens and the cap of 32, and never go below 1.",
-           "`programs = num_seqs * num_kv_heads`; `1` if `programs >= sms`; else "
-           "`max(1, min(math.ceil(2 * sms / programs), max_seq_len // 256, 32))`."],
-    explanation="Two programs per SM keep every SM busy while one waits on memory; the caps keep "
-                "each split worth its merge.",
+    hints=["Splitting pays only while the GPU's seats would sit idle, and only while each split keeps "
+           "enough key tiles to be worth a program. A GPU runs programs in waves of `sms * per_sm`: a "
+           "last wave that is nearly empty wastes most of its time.",
+           "Work it out for 24 programs on 40 SMs of 4 seats (waves of 160): 1 split fills 15% of a "
+           "wave, 5 splits 75%, 6 splits 90%, 20 splits three waves exactly, 100%. The best is 100%, "
+           "and 6 is the fewest within 85% of it.",
+           "`slots = sms * per_sm`; `if programs >= 0.8 * slots: return 1`; `most = max(1, min(32, "
+           "key_tiles // 5))`; `eff = lambda s: (programs * s / slots) / math.ceil(programs * s / "
+           "slots)`; `best = max(eff(s) for s in range(1, most + 1))`; return the first `s` with "
+           "`eff(s) >= 0.85 * best`."],
+    explanation="A wave that is only partly full leaves seats idle for a whole program's time; among "
+                "the split counts that fill their waves well, the fewest split least and merge least.",
     mistakes=[
-        (lambda n, h, L, sms: 1 if n * h >= sms else min(math.ceil(2 * sms / (n * h)), L // 256, 32),
-         "returned 0 splits for a sequence shorter than 256 tokens: the token cap rounds down to 0 "
-         "there, and a kernel needs at least one split: wrap the result in max(1, ...)."),
-        (lambda n, h, L, sms: 1 if n * h >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
-         "The single pass launches one program per (sequence, K/V head): count num_seqs * num_kv_heads "
-         "programs, not num_seqs."),
+        (lambda p, t, sms, k: num_splits_one_per_sm(p, t, sms),
+         "Those are waves of one program per SM: an SM holds `per_sm` programs at once, so a wave is "
+         "`sms * per_sm` programs."),
     ],
-    wrong=[lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), 32)),        # no token cap
-           lambda n, h, L, sms: 1 if n >= sms else max(1, min(math.ceil(2 * sms / n), L // 256, 32)),
-           lambda n, h, L, sms: max(1, min(math.ceil(2 * sms / (n * h)), L // 256))],  # no cap of 32
+    wrong=[lambda p, t, sms, k: 1,
+           lambda p, t, sms, k: max(1, min(32, t // 5))],
 )
 
-PREDICT_SETTING = dict(num_seqs=4, num_kv_heads=8, max_seq_len=8192, sms=40)   # a T4, batch 4
+
+def num_splits_one_per_sm(programs: int, key_tiles: int, sms: int) -> int:
+    """The rule with waves of one program per SM (FlashAttention-3's unit): a mistake above."""
+    return num_splits.reference(programs, key_tiles, sms, 1)
+
+
+PREDICT_SETTING = dict(programs=3 * 8, key_tiles=8192 // 16, sms=40, per_sm=4)   # a T4, batch 3
 
 
 _PREDICT_MISTAKES = [
-    (1, "4 sequences x 8 K/V heads give fewer programs than the T4's 40 SMs, so it splits."),
-    (2, "Two programs per SM need 80 programs, 2.5 per (sequence, K/V head): round up."),
-    (AtLeast(10), "Neither cap (by tokens, or the maximum) binds here: two programs per SM does."),
-    (5, "Count the single pass's programs first: one per (sequence, K/V head), 4 x 8 of them; then aim "
-        "for two programs per SM, 2 x 40 in all."),
+    (1, "24 programs are 15% of the T4's wave of 40 SMs x 4: it splits."),
+    (3, "Waves of 40 are one program per SM: a T4's SM holds 4 of these programs at once, so a wave "
+        "is 4 x 40."),
+    (5, "5 splits make 120 programs: 75% of one wave, under 85% of the best."),
+    (20, "20 splits fill their waves exactly (100%), but a smaller count comes within 85% of that: "
+         "take the fewest."),
 ]
 
 predict_splits = Exercise(
     "ch09.predict_splits",
-    "Predict, before the table below prints it: how many splits does the rule choose for 4 "
-    "sequences of Llama-3-8B (8 K/V heads) with block tables of 8,192 tokens on a T4 (40 SMs)?",
+    "Predict, before the table below prints it: how many splits does the rule choose for 3 "
+    "sequences of Llama-3-8B (8 K/V heads) with block tables of 8,192 tokens (512 key tiles of 16) "
+    "on a T4 (40 SMs, each holding 4 decode programs at once)?",
     num_splits.reference(**PREDICT_SETTING),
     mistakes=_PREDICT_MISTAKES,
-    hints=["First count the single pass's programs and compare them with the SMs.",
-           "32 programs on 40 SMs leave SMs idle; the rule aims for about two programs per SM, "
-           "2 * 40 in all, then checks the two caps.",
-           "ceil(80 / 32), then min with 8192 // 256 and 32."],
-    wrong=[1, 2, 10, 5],
-    explanation="32 programs leave 8 of 40 SMs idle; ceil(80 / 32) = 3 splits give 96 programs, and "
-                "neither cap binds.",
+    hints=["First count the single pass's programs and compare them with 80% of a wave of 40 x 4.",
+           "24 programs in waves of 160: try 5, 6 and 7 splits and see how full their last wave is.",
+           "Efficiencies: 5: 0.75, 6: 0.9, 7: 0.53 (a second wave), 20: 1.0. The smallest within 0.85 "
+           "of 1.0."],
+    wrong=[1, 3, 5, 20],
+    explanation="24 programs use 15% of a wave of 160; 6 splits give 144 programs, one wave 90% full, "
+                "close enough to the best (20 splits, 100%) to take the fewer splits.",
 )
 
 
@@ -219,7 +259,7 @@ def split_partial_kernel(out, m_out, l_out, query, key_cache, value_cache, block
 
 def split_share(seq_len: int, num_splits: int, block_size: int = SPLIT_BLOCK) -> int:
     """Tokens per split: an equal share of ``seq_len``, rounded up to whole pages."""
-    return -(-(-(-seq_len // num_splits)) // block_size) * block_size
+    return cdiv(cdiv(seq_len, num_splits), block_size) * block_size
 
 
 def _launch_split_partial(kernel, query, key_cache, value_cache, block_table, seq_len, num_splits):

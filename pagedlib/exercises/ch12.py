@@ -24,6 +24,13 @@ def reserve_max_capacity(kv_cache_bytes: int, num_layers: int, num_kv_heads: int
 def _diagnose_capacity(answer, expected, args):
     kv_cache_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, max_len = args
     one_tensor = kv_cache_bytes // (num_layers * num_kv_heads * head_dim * dtype_bytes) // max_len
+    elements = kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim) // max_len
+    if answer == one_tensor == elements and answer != expected:     # a 2-byte dtype: either slip
+        return ("Twice too many: every token stores a key AND a value vector in every layer, each "
+                "element dtype_bytes bytes.")
+    if answer == elements and answer != expected:
+        return (f"That counts elements, not bytes: each element takes dtype_bytes={dtype_bytes} bytes "
+                "here; multiply by it.")
     if answer == one_tensor and answer != expected:
         return "Every token stores a key AND a value vector in every layer."
     exact = kv_cache_bytes / (2 * num_layers * num_kv_heads * head_dim * dtype_bytes * max_len)
@@ -40,7 +47,10 @@ reserve_max_capacity = Exercise(
     "`num_kv_heads` K/V heads of `head_dim` elements, `dtype_bytes` bytes per element. Every request "
     "reserves `max_len` token slots. How many requests fit at once?",
     reserve_max_capacity,
-    cases=[(12 * 2**30, 40, 40, 128, 2, 2048),          # the paper: OPT-13B, 12 GiB
+    # an fp32 cache first: with 2 bytes per element, a forgotten dtype_bytes and a forgotten
+    # K-and-V give the same number; a 4-byte case tells them apart
+    cases=[(24 * 2**30, 32, 32, 128, 4, 2048),          # fp32, a 7B-sized model
+           (12 * 2**30, 40, 40, 128, 2, 2048),          # the paper: OPT-13B, 12 GiB
            (40 * 2**30, 32, 8, 128, 2, 8192),           # a GQA model with long contexts
            (10**9, 12, 12, 64, 2, 1024),                # GPT-2 sized
            (2048 * 819_200 - 1, 40, 40, 128, 2, 2048),  # one byte short of one request
@@ -54,7 +64,8 @@ reserve_max_capacity = Exercise(
            "divisions round down.",
            "(kv_cache_bytes // (2 * num_layers * num_kv_heads * head_dim * dtype_bytes)) // max_len"],
     wrong=[lambda b, l, h, d, s, m: b // (l * h * d * s) // m,
-           lambda b, l, h, d, s, m: -(-b // (2 * l * h * d * s * m))],
+           lambda b, l, h, d, s, m: -(-b // (2 * l * h * d * s * m)),
+           lambda b, l, h, d, s, m: b // (2 * l * h * d) // m],
     explanation="Each request holds max_len slots of 2 * layers * kv_heads * head_dim * dtype_bytes "
                 "bytes, whether it uses them or not, so capacity is a whole number of reservations.",
 )
@@ -91,15 +102,28 @@ def _diagnose_best(answer, expected, args):
     lengths, per_block_cost, candidates = args
     if answer not in candidates:
         return "The answer must be one of the candidate page sizes."
+    # a size that ties for the lowest cost is a minimiser: the slip is the tie-break, whatever else
+    # it also minimises (issue 37: an unsorted sweep with a strict < was told "pages alone")
+    if block_size_cost(lengths, answer, per_block_cost) == block_size_cost(lengths, expected, per_block_cost):
+        return ("That ties for the lowest cost, but on a tie the smallest page size wins: the "
+                "candidates need not come sorted, so sort them (or compare sizes on a tie).")
     waste_only = _argmin(lengths, candidates, lambda b: block_size_cost(lengths, b, 0.0))
     pages_only = _argmin(lengths, candidates, lambda b: sum(-(-n // b) for n in lengths))
     if answer == waste_only != expected:
         return "That minimises the waste alone: each page also costs per_block_cost."
     if answer == pages_only != expected:
         return "That minimises the number of pages alone: the unused tail of each last page counts too."
-    if block_size_cost(lengths, answer, per_block_cost) == block_size_cost(lengths, expected, per_block_cost):
-        return "That ties for the lowest cost: on a tie, pick the smallest page size."
     return "Compare the cost of every candidate: is each request's page count rounded up?"
+
+
+def _unsorted_strict_sweep(lengths, per_block_cost, candidates):
+    """A near miss: the right cost and a strict <, but over the candidates in the order given."""
+    best_size, best_cost = None, None
+    for size in candidates:
+        cost = block_size_cost(lengths, size, per_block_cost)
+        if best_cost is None or cost < best_cost:
+            best_size, best_cost = size, cost
+    return best_size
 
 
 best_block_size = Exercise(
@@ -124,7 +148,8 @@ best_block_size = Exercise(
            "replace the best one when the cost is strictly lower: that settles ties.",
            "min(sorted(candidates), key=lambda B: sum((-(-n // B)) * B - n + per_block_cost * (-(-n // B)) "
            "for n in lengths))"],
-    wrong=[lambda lengths, c, cands: min(sorted(cands), key=lambda b: block_size_cost(lengths, b, 0.0)),
+    wrong=[_unsorted_strict_sweep,
+           lambda lengths, c, cands: min(sorted(cands), key=lambda b: block_size_cost(lengths, b, 0.0)),
            lambda lengths, c, cands: min(sorted(cands), key=lambda b: sum(-(-n // b) for n in lengths)),
            lambda lengths, c, cands: min(sorted(cands, reverse=True),
                                          key=lambda b: block_size_cost(lengths, b, c))],
@@ -136,6 +161,9 @@ best_block_size = Exercise(
 # ---- exercise 0 (predict, before the page-size table): Alpaca's waste with 128-token pages -------
 
 PREDICT_PAGE = 128
+# How close a prediction must come: "about half" (0.5) counts; 0.43 or 0.52 (a guess a tenth off)
+# does not, nor the one-page near miss (0.39).
+ALPACA_TOLERANCE = 0.03
 
 
 def _alpaca_waste(block_size: int = PREDICT_PAGE) -> float:
@@ -180,10 +208,10 @@ _WASTE_MISTAKES = [
 alpaca_waste = Exercise(
     "ch12.alpaca_waste",
     f"Predict: Alpaca requests average under a hundred tokens (prompt + output). With {PREDICT_PAGE}-token "
-    "pages, what share of the slots they hold at their final length is empty? A fraction; within 0.05 "
-    "counts.",
+    "pages, what share of the slots they hold at their final length is empty? A fraction; within "
+    f"{ALPACA_TOLERANCE} counts.",
     round(_alpaca_waste(), 3),
-    tolerance=0.05,
+    tolerance=ALPACA_TOLERANCE,
     mistakes=_WASTE_MISTAKES,
     hints=["A request holds whole pages: everything from its last token to the end of its last page "
            "is empty.",

@@ -29,6 +29,7 @@ import contextlib
 import inspect
 import itertools
 import linecache
+import re
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ import triton
 from .. import runtime
 from . import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Timeout, _call_with_timeout
 
-__all__ = ["KernelCase", "KernelExercise", "new_output", "describe_cache", "variant"]
+__all__ = ["KernelCase", "KernelExercise", "new_output", "describe_cache", "variant", "forbidden_load_message"]
 
 NAN_CAUSE = "Here every cache slot no sequence owns holds NaN: some tl.load read one."
 UNWRITTEN = -12288.0     # what an output holds before the kernel runs (exact in fp16 and fp32)
@@ -129,20 +130,76 @@ def variant(kernel: Any, old: str, new: str) -> Any:
     return namespace[name]
 
 
+@dataclass
+class LoadWatch:
+    """What :func:`poisoned_masked_loads` watches for: a ``tl.load`` lane (not masked off) that reads
+    one of ``forbidden`` (the byte addresses of the NaN a case's inputs hold: cache slots no
+    sequence owns, and the guard rows around every input). ``kernel`` is the learner's function, whose
+    line the first such load is reported at; ``found`` is filled in: (line, had a mask, lanes)."""
+
+    forbidden: Any                               # sorted numpy array of uint64 addresses
+    kernel: Callable
+    found: tuple[str, bool, int] | None = None
+
+
+def forbidden_addresses(inputs: dict[str, Any]) -> Any:
+    """The byte addresses of every NaN in the floating-point tensors of ``inputs`` (guarded copies:
+    their buffers' guard rows included): what no load of a correct kernel reads."""
+    import numpy as np
+    found = []
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            buf = value._base if value._base is not None else value
+            idx = torch.isnan(buf.reshape(-1)).nonzero().flatten().numpy().astype(np.uint64)
+            found.append(np.uint64(buf.data_ptr()) + idx * np.uint64(buf.element_size()))
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.uint64)
+
+
+def _kernel_line_now(kernel: Callable) -> str:
+    """'line 12: `k = tl.load(key_cache + ptrs)`': the line of ``kernel`` running now (its innermost
+    frame on the stack), or 'a tl.load' when none is."""
+    import sys
+    code = getattr(kernel, "__code__", None)
+    frame = sys._getframe()
+    while frame is not None:
+        if code is not None and frame.f_code.co_filename == code.co_filename \
+                and frame.f_code.co_name == code.co_name:
+            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            return f"line {frame.f_lineno}: `{text}`" if text else f"line {frame.f_lineno}"
+        frame = frame.f_back
+    return "a tl.load"
+
+
 @contextlib.contextmanager
-def poisoned_masked_loads():
+def poisoned_masked_loads(watch: LoadWatch | None = None):
     """Inside this block, a masked floating-point ``tl.load`` without ``other=`` reads NaN in its
-    masked lanes under the Triton interpreter (it reads 0 otherwise; on a GPU they are undefined)."""
+    masked lanes under the Triton interpreter (it reads 0 otherwise; on a GPU they are undefined).
+    With ``watch``, the first load whose lanes read a forbidden address is recorded in it, with
+    whether the load had a mask: a kernel must not read those rows even when a later ``tl.where``
+    throws the values away (on a GPU they are another sequence's, or past the cache)."""
     try:
         import numpy as np
         from triton.runtime import interpreter
         builder = interpreter.InterpreterBuilder
-        original = builder.create_masked_load
+        original, original_load = builder.create_masked_load, builder.create_load
     except (ImportError, AttributeError):
         yield
         return
 
+    def check(ptrs, mask, had_mask):
+        if watch is None or watch.found is not None or not len(watch.forbidden):
+            return
+        try:
+            lanes = np.asarray(ptrs.data).astype(np.uint64)
+            active = np.broadcast_to(np.asarray(mask.data, dtype=bool), lanes.shape) if had_mask else True
+            bad = np.isin(lanes, watch.forbidden) & active
+            if bad.any():
+                watch.found = (_kernel_line_now(watch.kernel), had_mask, int(bad.sum()))
+        except Exception:  # noqa: BLE001 - an interpreter this does not know: no watch
+            pass
+
     def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
+        check(ptrs, mask, True)
         if other is None:
             try:
                 dtype_tt = ptrs.get_element_ty()
@@ -154,11 +211,31 @@ def poisoned_masked_loads():
                 pass
         return original(self, ptrs, mask, other, *args, **kwargs)
 
+    def create_load(self, ptr, *args, **kwargs):
+        check(ptr, None, False)
+        mask = interpreter.TensorHandle(np.ones_like(ptr.data, dtype=bool), interpreter.tl.int1)
+        return original(self, ptr, mask, None, *args, **kwargs)
+
     builder.create_masked_load = create_masked_load
+    builder.create_load = create_load
     try:
         yield
     finally:
         builder.create_masked_load = original
+        builder.create_load = original_load
+
+
+def forbidden_load_message(found: tuple[str, bool, int]) -> str:
+    """What a load of rows no sequence owns means, for a load with or without a mask."""
+    line, had_mask, lanes = found
+    if had_mask:
+        return (f"`{line}` reads {lanes} elements no sequence owns (NaN here; on a GPU another "
+                "sequence's rows, or memory past the cache): its mask lets rows past the end of the "
+                "sequence through. Build it from each row's token position, `< seq_len`.")
+    return (f"`{line}` loads without a mask, so it reads {lanes} elements no sequence owns (NaN "
+            "here; on a GPU another sequence's rows, or memory past the cache), even if a later "
+            "tl.where discards them: those rows must not be read at all. Give the load "
+            "`mask=valid[:, None], other=0.0`.")
 
 
 def masked_loads_without_other(fn: Callable) -> list[str]:
@@ -217,9 +294,17 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _advice(exc: BaseException) -> str:
-    """A hint for the errors a first kernel commonly raises, or ''."""
+def _advice(exc: BaseException, line: str | None = None) -> str:
+    """A hint for the errors a first kernel commonly raises (``line``: the kernel's line that
+    raised, as :func:`kernel_line` gives it), or ''."""
     text = str(exc)
+    code = line or ""
+    if re.search(r"\b(math|numpy|np)\.", code):
+        return (" Python's `math` (or NumPy) works on plain numbers, not on a kernel's values: "
+                "inside a kernel use Triton's own, `tl.exp`, `tl.log`, `tl.maximum`.")
+    if "out of bounds" in text and "axis" in text and ("tl.max(" in code or "tl.min(" in code):
+        return (" `tl.max(x, axis)` reduces ONE tensor along an axis: its second argument is the "
+                "axis. The larger of two values is `tl.maximum(a, b)`.")
     if isinstance(exc, TypeError) and "argument" in text:
         return " Keep the starter's signature: the checker passes exactly those arguments."
     if "power of 2" in text or "power of two" in text:
@@ -376,12 +461,20 @@ class KernelExercise(Exercise):
             return None, (INCORRECT, f"expected a @triton.jit kernel; this function cannot be made into "
                                      f"one ({_one_line(exc)}).")
 
-    def _run(self, kernel: Any, case: KernelCase) -> torch.Tensor:
-        """Launch ``kernel`` on fresh copies of ``case``'s inputs, masked lanes poisoned."""
+    def _run(self, kernel: Any, case: KernelCase, watch: list | None = None) -> torch.Tensor:
+        """Launch ``kernel`` on fresh copies of ``case``'s inputs, masked lanes poisoned. With
+        ``watch`` (a list), the first load of an element no sequence owns is appended to it
+        (``forbidden_load_message`` says what it means)."""
         inputs = _copy_inputs(case.inputs)
-        with warnings.catch_warnings(), poisoned_masked_loads():
+        load_watch = None
+        if watch is not None:
+            load_watch = LoadWatch(forbidden_addresses(inputs), kernel.fn if _is_kernel(kernel) else kernel)
+        with warnings.catch_warnings(), poisoned_masked_loads(load_watch):
             warnings.simplefilter("ignore", RuntimeWarning)   # the interpreter's NumPy warns on overflow
-            return _call_with_timeout(lambda: self.launch(kernel, **inputs), (), self.timeout)
+            got = _call_with_timeout(lambda: self.launch(kernel, **inputs), (), self.timeout)
+        if load_watch is not None and load_watch.found is not None:
+            watch.append(load_watch.found)
+        return got
 
     def _mistake_for(self, got: torch.Tensor, case: KernelCase) -> str | None:
         """The message of the first listed mistake whose output on ``case`` equals ``got``."""
@@ -416,8 +509,9 @@ class KernelExercise(Exercise):
         n = len(self.kernel_cases)
         for i, case in enumerate(self.kernel_cases, 1):
             where = f"case {i} of {n} ({case.label}; {_shapes(case.expected)})"
+            bad_loads: list = []
             try:
-                got = self._run(kernel, case)
+                got = self._run(kernel, case, bad_loads)
             except Timeout:
                 return INCORRECT, (f"{where}: the kernel ran for more than {self.timeout:g} s: is there a "
                                    "loop that never ends?")
@@ -430,8 +524,12 @@ class KernelExercise(Exercise):
                     return NOT_ATTEMPTED, "the kernel still raises NotImplementedError: write its body."
                 line = kernel_line(exc, fn)
                 at = f" at {line}" if line else ""
-                return INCORRECT, f"{where}: the kernel raised {_one_line(cause)}{at}.{_advice(cause)}"
+                return INCORRECT, (f"{where}: the kernel raised {_one_line(cause)}{at}."
+                                   f"{_advice(cause, line)}")
             problem = compare_outputs(got, case.expected)
+            if problem is None and bad_loads:
+                return INCORRECT, (f"{where}: the output is right, but "
+                                   + forbidden_load_message(bad_loads[0]))
             if problem is None:
                 continue
             unguarded = self._unguarded_load(kernel, got, case)
@@ -443,6 +541,9 @@ class KernelExercise(Exercise):
             mistake = self._mistake_for(got, case)
             if mistake is not None:
                 return INCORRECT, f"{where}: {problem.replace(' ' + NAN_CAUSE, '')} {mistake}"
+            if bad_loads and bad_loads[0][1]:                  # a mask, but one that lets rows through
+                return INCORRECT, (f"{where}: {problem.replace(' ' + NAN_CAUSE, '')} "
+                                   + forbidden_load_message(bad_loads[0]))
             extra = None
             if self.kernel_diagnose is not None:
                 try:

@@ -23,7 +23,7 @@ when finishes make room; it counts as a refusal. After every event the allocator
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Hashable, Iterable
 
 from ..validation import positive_int

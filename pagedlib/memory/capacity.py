@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Sequence
 
-from ..validation import as_int, cdiv, positive_int
+from ..output import TableView
+from ..validation import as_int, cdiv, nonnegative_int, positive_int
 
 __all__ = ["blocks_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan",
            "ModelSpec",
@@ -42,30 +43,14 @@ GiB = 1024 ** 3
 
 
 # ---- blocks ------------------------------------------------------------------------------------
-def _int(value, minimum: int) -> int | None:
-    """``value`` as a Python int if it is an integer (numpy ones too, not bools) >= ``minimum``, else None.
-    (Counts that must be >= 1 and say so in the shared wording use ``validation.positive_int``; this
-    one also serves the non-negative counts and the messages that name a unit.)"""
-    value = as_int(value)
-    return value if value is not None and value >= minimum else None
-
-
-def blocks_for(n_tokens: int, block_size: int) -> int:
-    """Whole blocks needed to hold ``n_tokens`` tokens: ``ceil(n_tokens / block_size)``.
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Whole blocks needed to hold ``num_tokens`` tokens: ``ceil(num_tokens / block_size)``.
 
     A partly filled last block still counts as a block: ``blocks_for(37, 16) == 3`` (48 slots for 37
     tokens). Zero tokens need zero blocks.
     """
-    block, n = _int(block_size, 1), _int(n_tokens, 0)
-    if block is None:
-        raise ValueError(f"block_size must be an integer of at least 1 token; got {block_size!r}")
-    if n is None:
-        raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
-    return cdiv(n, block)
-
-
-# Chapter 4 meets a block as a "page" first; code written against that first name keeps working.
-pages_for = blocks_for
+    block = positive_int("block_size", block_size, "tokens")
+    return cdiv(nonnegative_int("num_tokens", num_tokens), block)
 
 
 def next_pow2(n: int) -> int:
@@ -158,9 +143,7 @@ class Plan:
         ``floor(pool_slots / (allocated / n_requests))``: the pool divided by the average allocation
         per request, computed in exact integers.
         """
-        pool = _int(pool_slots, 0)
-        if pool is None:
-            raise ValueError(f"pool_slots must be a non-negative integer; got {pool_slots!r}")
+        pool = nonnegative_int("pool_slots", pool_slots)
         if not self.rows or self.allocated == 0:
             raise ValueError("capacity needs a plan with at least one request of length >= 1")
         return pool * self.n_requests // self.allocated
@@ -176,25 +159,18 @@ class Plan:
         body = [[r.request, r.length, r.blocks, r.allocated, r.tail if self.kind == "paged" else r.padding]
                 for r in self.rows]
         body.append(["total", self.used, self.num_blocks, self.allocated, self.allocated - self.used])
-        cells = [head] + [[f"{v:,}" if isinstance(v, int) else v for v in row] for row in body]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
-        lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-        lines.append(f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'block_size'}="
-                     f"{self.unit}): waste {self.waste:.1%}")
-        return "\n".join(lines)
+        summary = (f"{self.kind} ({'max_len' if self.kind == 'reserve-max' else 'block_size'}="
+                   f"{self.unit}): waste {self.waste:.1%}")
+        return TableView(body, head, caption=summary).text()
 
     def __str__(self) -> str:
         return self.text()
 
 
 def _check_lengths(lengths: Sequence[int]) -> list[int]:
-    checked = [_int(n, 0) for n in lengths]
+    checked = [nonnegative_int(f"lengths[{i}]", n, "tokens") for i, n in enumerate(lengths)]
     if not checked:
         raise ValueError("lengths must hold at least one request length")
-    for i, n in enumerate(checked):
-        if n is None:
-            raise ValueError(f"lengths[{i}] must be a non-negative integer number of tokens; "
-                             f"got {list(lengths)[i]!r}")
     return checked
 
 
@@ -361,22 +337,20 @@ class ModelSpec:
     def state_bytes_per_seq(self) -> int:
         """Bytes of fixed state one sequence keeps on one GPU, whatever its length (hybrid models;
         the state's heads are sharded like the KV heads)."""
-        return -(-self.num_state_layers * self.state_bytes_per_layer // self.tensor_parallel_size)
+        return cdiv(self.num_state_layers * self.state_bytes_per_layer, self.tensor_parallel_size)
 
     @property
     def weights_bytes(self) -> int:
         """Bytes of the weights on one GPU: ``weights_size`` (or ``num_params * dtype_bytes``) split
         over ``tensor_parallel_size``."""
         total = self.num_params * self.dtype_bytes if self.weights_size is None else self.weights_size
-        return -(-total // self.tensor_parallel_size)
+        return cdiv(total, self.tensor_parallel_size)
 
     def tokens_held(self, num_tokens: int) -> int:
         """Token entries the attention layers keep for a sequence of ``num_tokens``, summed over layers:
         global layers keep all, windowed layers at most ``sliding_window`` (engines free the blocks
         that fall out of the window; they may keep up to one block more)."""
-        n = _int(num_tokens, 0)
-        if n is None:
-            raise ValueError(f"num_tokens must be a non-negative integer; got {num_tokens!r}")
+        n = nonnegative_int("num_tokens", num_tokens)
         window = n if self.sliding_window is None else min(n, self.sliding_window)
         return self.num_global_layers * n + self.num_windowed_layers * window
 
@@ -436,8 +410,7 @@ def requests_that_fit(model: "ModelSpec | str", gpu: int | str, seq_len: int,
     sequence's :meth:`ModelSpec.kv_bytes` at that length. Windows, latents, fixed state, KV dtype and
     tensor parallelism all follow from the spec (per GPU). 0 when the weights do not fit."""
     spec = model_spec(model)
-    if _int(seq_len, 1) is None:
-        raise ValueError(f"seq_len must be an integer of at least 1 token; got {seq_len!r}")
+    positive_int("seq_len", seq_len, "tokens")
     if seq_len > spec.max_len:
         raise ValueError(f"seq_len={seq_len:,} is past {spec.name}'s max_len={spec.max_len:,}; "
                          f"ask for at most max_len tokens")
@@ -533,8 +506,7 @@ def blocks_for_gpu(model: ModelSpec | str, gpu_mem_bytes: int | str, block_size:
     """
     spec = model_spec(model)
     mem = _gpu_bytes(gpu_mem_bytes)
-    if _int(block_size, 1) is None:
-        raise ValueError(f"block_size must be an integer of at least 1 token; got {block_size!r}")
+    positive_int("block_size", block_size, "tokens")
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1]; got {utilization!r}")
     if activation_bytes < 0:

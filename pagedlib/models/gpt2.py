@@ -6,15 +6,13 @@ What is new is *where K/V live*: not in a ``[batch, heads, seq, dim]`` tensor pe
 paged cache per layer, ``[num_blocks, block_size, n_head, head_dim]`` for K and for V, shared by every
 request, each request finding its tokens through its block table.
 
-The model runs on a *flat batch* (:class:`~pagedlib.engine.batch.PagedBatch`): the new tokens of every
-scheduled sequence, concatenated, with the slot each token's K/V goes to. One forward pass serves a
-whole engine step, prefill chunks and decode tokens mixed. In every layer:
+The model runs on a *flat batch* (:class:`~pagedlib.attention.metadata.PagedBatch`): the new tokens of
+every scheduled sequence, concatenated, with the slot each token's K/V goes to. One forward pass serves
+a whole engine step, prefill chunks and decode tokens mixed. In every layer, each sequence's new tokens
+(a prompt chunk, or one decode token: a chunk of length 1) first write their K/V, then attend causally
+over the cached prefix and the chunk, through the model's attention backend.
 
-- each sequence's new tokens (a prompt chunk, or one decode token: a chunk of length 1) first write
-  their K/V, then attend causally over the cached prefix + chunk with ``paged_prefill``;
-- when every chunk is a single token (``is_decode``), ``paged_attention`` runs instead.
-
-Both live in :class:`~pagedlib.models.layers.PagedAttention`, shared with the Llama family
+That step lives in :class:`~pagedlib.models.layers.PagedAttention`, shared with the Llama family
 (``pagedlib.models.llama``), as are the cache, the batch and the backend choice: ``"triton"`` (the course's
 kernels: compiled on a GPU, through the interpreter on a CPU) or ``"torch"`` (the
 whole batch in PyTorch, ``pagedlib.attention.torch_backend``). The default follows the runtime;
@@ -34,7 +32,7 @@ from .. import runtime
 from .layers import KVCache, KVShape, PagedAttention, PagedLM
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from ..attention.metadata import PagedBatch
 
 __all__ = ["GPT2", "GPT2Config", "GPT2Layer"]
 

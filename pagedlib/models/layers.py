@@ -5,15 +5,17 @@ A model in ``pagedlib`` (GPT-2 in ``gpt2.py``, the Llama family in ``llama.py``)
 others only in what it computes *around* attention: embeddings, norms, positions, the MLP. Where
 K/V live and how attention reads them is the same for all, and lives here:
 
-- :class:`~pagedlib.engine.batch.PagedBatch` (the engine builds it): one forward pass, the new tokens
+- :class:`~pagedlib.attention.metadata.PagedBatch` (the engine builds it): one forward pass, the new tokens
   of every scheduled sequence flattened, with the slot each token's K/V goes to;
 - :class:`KVCache`: per layer, a key and a value cache ``[num_blocks, block_size, num_kv_heads,
   head_dim]`` whose block ids are the block manager's;
 - the attention backend (:mod:`pagedlib.attention.backend`): write, decode and prefill through
   ``"triton"`` (the course's kernels) or ``"torch"`` (PyTorch for the whole batch), chosen once per model;
-- :class:`PagedAttention`: write the new tokens' K/V, then attend: ``paged_attention`` when every
-  sequence brings one token, ``paged_prefill`` otherwise (chunks of any length, one-token chunks
-  included, so a batch may mix prefill chunks and decode rows);
+- :class:`PagedAttention`: write the new tokens' K/V, then attend: the backend's ``decode`` when
+  every sequence brings one token, its ``prefill`` otherwise (chunks of any length, one-token chunks
+  included, so a batch may mix prefill chunks and decode rows). The Triton backend serves both with
+  one launch of ``paged_attention_varlen``; the torch backend sends one-token rows to its sparse
+  decode and each longer chunk to SDPA;
 - :class:`PagedModel`: what :class:`pagedlib.LLM` needs of a model, and :class:`PagedLM`, the base
   class that gives a model all of it but its layers.
 """
@@ -25,11 +27,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from .. import runtime
 from ..attention.backend import DEFAULT_BACKEND, AttentionBackend, make_backends
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from ..attention.metadata import PagedBatch
+
 
 @dataclass(frozen=True)
 class KVShape:

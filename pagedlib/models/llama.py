@@ -1,6 +1,6 @@
-"""The Llama family over the paged cache (chapter 9): what learners serve today.
+"""The Llama family over the paged cache (chapter 10): what learners serve today.
 
-Four changes from GPT-2 (``model.py``), each a few lines here:
+Four changes from GPT-2 (``gpt2.py``), each a few lines here:
 
 - **RMSNorm** instead of LayerNorm: scale by the root mean square, no mean, no bias;
 - **rotary positions (RoPE)** instead of learned ones: q and k are rotated by an angle that grows
@@ -29,7 +29,7 @@ from .. import runtime
 from .layers import KVCache, KVShape, PagedAttention, PagedLM
 
 if TYPE_CHECKING:
-    from ..engine.batch import PagedBatch
+    from ..attention.metadata import PagedBatch
 
 ROPE_TYPES = ("default", "llama3")
 HEAD_DIMS = (16, 128)          # the head sizes tested end to end (the kernels allow up to 256)

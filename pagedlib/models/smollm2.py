@@ -12,6 +12,8 @@ the course does not use, so the package is never imported, only its file is read
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -61,40 +63,63 @@ def is_converted(folder: Path) -> bool:
     return all((Path(folder) / name).is_file() for name in CACHE_FILES)
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Nothing printed while it runs: ``transformers``' logging at errors only, its progress bars off
+    ("Loading weights", "Writing model shards") and the GGUF reader's own ``tqdm`` bar (it calls
+    ``tqdm.auto`` directly, which ``transformers``' switch does not reach). In a notebook a bar is
+    stored as an output (a widget), so whether the cache existed would change the stored outputs.
+    Everything is restored afterwards."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    if gguf_tqdm is not None:
+        gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        if gguf_tqdm is not None:
+            gguf_utils.tqdm = gguf_tqdm
+        if bars:
+            hf_logging.enable_progress_bar()
+        hf_logging.set_verbosity(verbosity)
+
+
 def convert(folder: Path) -> Path:
     """Read the GGUF (weights dequantised to fp32, the tokenizer converted) and save a plain
     ``transformers`` folder at ``folder``. The model is rebuilt from the GGUF's config without its
     ``quantization_config`` (a GGUF-loaded model refuses ``save_pretrained``) and given its weights.
     Written next to ``folder`` and renamed into place, so an interrupted conversion leaves nothing
-    half-made."""
+    half-made, and of two processes converting at once one folder wins whole. Prints nothing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-    from transformers import logging as hf_logging
     source = gguf_path()
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
+    with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = LlamaForCausalLM(config)
-    model.load_state_dict(loaded.state_dict())
-    model.generation_config = loaded.generation_config
-    work = Path(tempfile.mkdtemp(prefix=f".{CACHE_NAME}-", dir=folder.parent))
-    try:
-        model.save_pretrained(work)
-        tokenizer.save_pretrained(work)
-        if folder.exists() and not is_converted(folder):
-            shutil.rmtree(folder)                 # an older, unfinished folder
-        if not folder.exists():                   # else another process finished first: keep its folder
-            work.rename(folder)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = LlamaForCausalLM(config)
+        model.load_state_dict(loaded.state_dict())
+        model.generation_config = loaded.generation_config
+        work = Path(tempfile.mkdtemp(prefix=f".{CACHE_NAME}-", dir=folder.parent))
+        try:
+            model.save_pretrained(work)
+            tokenizer.save_pretrained(work)
+            if folder.exists() and not is_converted(folder):
+                shutil.rmtree(folder)                 # an older, unfinished folder
+            try:
+                work.rename(folder)                   # atomic: the whole folder appears at once
+            except OSError:                           # another process finished first: keep its folder
+                if not is_converted(folder):
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return folder
 
 
@@ -114,14 +139,8 @@ def load_smollm2_hf(cache: Path | str | None = None, source: str = "package"):
     else:
         raise ValueError(f"source must be 'package' (the GGUF from the package index) or 'hub' ({HUB_NAME}, "
                          f"needs the internet); got {source!r}")
-    from transformers.utils import logging as hf_logging
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()     # no "Loading weights" bar: a notebook would store it as a widget
-    try:
+    with quiet_transformers():        # no "Loading weights" bar: a notebook would store it as a widget
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).eval()
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
     return model, AutoTokenizer.from_pretrained(name)
 
 

@@ -4,11 +4,11 @@ Each figure has a title, axis labels with units and a legend where there is more
 Importing this package applies the course's matplotlib defaults (``style.use_course_style``: readable
 font sizes, 2x PNGs in a notebook); ``show(fig, alt=..., caption=...)`` displays a figure with alt
 text and a caption (``display.py``); ``show_table(rows, headers)`` shows results as a table
-(``table.py``).
+(defined in ``pagedlib.output``, with the one "display in a notebook, else print").
 """
 from .style import COLORS, PADDING_HATCH, use_course_style  # noqa: F401
 from .display import FigureView, figure_html, show  # noqa: F401
-from .table import TableView, show_table  # noqa: F401
+from ..output import TableView, show_table  # noqa: F401
 from .kernels import *  # noqa: F401,F403
 from .sim import *  # noqa: F401,F403
 from .engine import *  # noqa: F401,F403

@@ -17,6 +17,7 @@ import base64
 import html
 import io
 
+from ..output import display_or_print
 from .style import PIXEL_RATIO
 
 __all__ = ["FigureView", "figure_html", "png_2x", "show"]
@@ -84,10 +85,4 @@ def show(fig, *, alt: str, caption: str = "") -> None:
 
     view = FigureView(fig, alt=alt, caption=caption)
     plt.close(fig)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        return
-    if get_ipython() is not None:
-        display(view)
+    display_or_print(view)

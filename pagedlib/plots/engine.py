@@ -1,7 +1,7 @@
 """Figures of the serving engine (chapters 10 and 11): one step's flat batch, what the scheduler
 did step by step, and what a token budget does to latency.
 
-``mixed_step`` draws a :class:`~pagedlib.engine.batch.PagedBatch`; the others read ``LLM.metrics`` (its
+``mixed_step`` draws a :class:`~pagedlib.attention.metadata.PagedBatch`; the others read ``LLM.metrics`` (its
 per-step ``history``) or tables measured from it. Each returns a matplotlib Figure.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
 
 def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None = None,
                full_tables: list[list[int]] | None = None, title: str = "One step: a flat batch and the cache slots it writes"):
-    """One forward pass's :class:`~pagedlib.engine.batch.PagedBatch` (top: its tokens in batch order, each
+    """One forward pass's :class:`~pagedlib.attention.metadata.PagedBatch` (top: its tokens in batch order, each
     with its sequence, position and slot) and the paged cache of ``num_blocks`` blocks of
     ``block_size`` slots (bottom: the slots holding K/V from earlier steps pale, the slots this step
     writes solid, free slots grey, a line from each token to its slot). ``names`` labels the

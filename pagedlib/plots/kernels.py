@@ -11,6 +11,9 @@
 - :func:`varlen_launch`: chapter 9's one kernel for every step: one launch's programs over a mixed
   batch (packed tiles of tokens x GQA group, split-K for the decode rows, the programs that exit).
 - :func:`kernel_bandwidth`: the benchmark's achieved bandwidth against context length.
+- :func:`record_bandwidth`: the GPU record's decode bandwidth as a share of HBM peak, by batch.
+- :func:`record_splits`: the GPU record's split-K sweep: the best split count's speed-up over the
+  single pass, and the automatic choice's, by batch.
 
 ``GPU_SPECS`` holds the datasheet numbers the figures draw; :func:`attention_intensity` and
 :func:`ridge_point` are the two numbers of a roofline argument.
@@ -18,6 +21,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -25,14 +29,16 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ..memory.capacity import PEAK_BANDWIDTH_GBS, PEAK_FP16_TFLOPS
-from ..attention.kernels.launch import SM_LIMITS, kv_tile
+from ..attention.kernels.launch import SM_LIMITS, VARLEN_SPLIT_Q, kv_tile
 from ..attention.kernels.split_k import split_ranges  # the kernel's rule, drawn here
 from ..attention.kernels.varlen import varlen_programs  # the varlen kernel's programs, drawn here
-from .style import COLORS, FIGURE_WIDTH, wrap
+from ..validation import cdiv
+from .style import COLORS, FIGURE_WIDTH, SMALLEST_FONT, wrap
 
 __all__ = ["GPU_SPECS", "cache_tile_addresses", "tile_offsets", "block_size_kernel_side", "tile_footprint",
            "attention_intensity", "ridge_point", "split_ranges", "gpu_memory_hierarchy", "decode_kernel_map",
-           "split_k_ranges", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv"]
+           "split_k_ranges", "split_waves", "varlen_launch", "varlen_programs", "kernel_bandwidth", "read_bench_csv",
+           "record_bandwidth", "record_splits"]
 
 
 def _spec(sms: int, dram_gb: int, l2_mb: int, peaks: str, capability: int) -> dict[str, float]:
@@ -196,9 +202,9 @@ def tile_footprint(block_size: int, head_dim: int = 128, seq_len: int = 2048, el
     most one per token), the bytes of each contiguous load (one token's row of one K/V head), and a
     ``seq_len``-token request's block-table entries."""
     tile = kv_tile(head_dim)
-    return dict(tile_tokens=tile, blocks_per_tile=-(-tile // block_size) if block_size < tile else 1,
+    return dict(tile_tokens=tile, blocks_per_tile=cdiv(tile, block_size) if block_size < tile else 1,
                 row_bytes=head_dim * elem_bytes, tile_bytes=tile * head_dim * elem_bytes,
-                table_entries=-(-seq_len // block_size))
+                table_entries=cdiv(seq_len, block_size))
 
 
 def block_size_kernel_side(head_dim: int = 128, seq_len: int = 2048,
@@ -326,7 +332,7 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
                   fontsize=10)
     ax.invert_yaxis()
     ax.set_xlim(0, max(seq_lens) * 1.45)
-    ax.set_xlabel(wrap(f"token position (ranges rounded up to tiles of {tile})", FIGURE_WIDTH, 10),
+    ax.set_xlabel(wrap(f"token position (ranges of whole tiles of {tile})", FIGURE_WIDTH, 10),
                   fontsize=10)
     ax.set_title(f"{num_splits} programs per sequence and K/V head", fontsize=11)
     ax.legend(handles=[Patch(color=palette[s % len(palette)], label=f"split {s}")
@@ -350,18 +356,59 @@ def split_k_ranges(seq_lens: list[int], num_splits: int, tile: int, lses: list[f
     return fig
 
 
+def split_waves(programs: int, key_tiles: int, sms: int, splits: list[int], per_sm: int = 1, gpu: str = ""):
+    """Chapter 9: the programs of each split count in ``splits``, as the GPU runs them, in waves.
+
+    One row per split count ``s``: ``programs * s`` programs fill waves of ``sms * per_sm`` seats
+    (``per_sm`` programs resident on each SM at a time), drawn left to right, each wave a box whose filled part is its programs; the
+    label gives the wave efficiency (``launch.wave_efficiency``). The row of the rule's choice
+    (``launch.choose_num_splits``) is marked; counts the rule may not take (a split of fewer than
+    ``MIN_TILES_PER_SPLIT`` key tiles) are grey.
+    """
+    from ..attention.kernels.launch import choose_num_splits, split_candidates, wave_efficiency
+    chosen = choose_num_splits(programs, key_tiles, sms, per_sm)
+    slots = sms * per_sm                                           # seats in one wave
+    allowed = set(split_candidates(key_tiles, slots))
+    best = max(wave_efficiency(programs * s, slots) for s in allowed)
+    most_waves = max(math.ceil(programs * s / slots) for s in splits)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.6 + 0.55 * len(splits)))
+    for row, s in enumerate(splits):
+        total = programs * s
+        colour = COLORS["kv"] if s == chosen else COLORS["tail"] if s in allowed else COLORS["padding"]
+        for wave in range(math.ceil(total / slots)):
+            filled = min(slots, total - wave * slots)
+            ax.barh(row, slots, left=wave * slots, height=0.6, color="white", edgecolor="black", lw=0.8)
+            ax.barh(row, filled, left=wave * slots, height=0.6, color=colour, edgecolor="black", lw=0.8)
+        eff = wave_efficiency(total, slots)
+        mark = "\nchosen" if s == chosen else "" if s in allowed else "\ntoo small"
+        ax.text(most_waves * slots * 1.02, row, f"{eff:.0%}{mark}", va="center", fontsize=10)
+    ax.set_yticks(range(len(splits)), [f"{s} split{'s' if s > 1 else ''}\n{programs * s} programs"
+                                       for s in splits], fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlim(0, most_waves * slots * 1.3)
+    ax.set_xticks([w * slots for w in range(most_waves + 1)])
+    ax.set_xlabel(wrap(f"seats, {sms} SMs x {per_sm} = {slots} a wave; right: how full the waves are "
+                       f"(the rule takes the fewest splits within 85% of the best, {best:.0%})",
+                       FIGURE_WIDTH - 1, 10),
+                  fontsize=10)
+    ax.set_title(wrap(f"{programs} programs{' on ' + gpu if gpu else ''}, in waves", FIGURE_WIDTH, 11),
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits: int, tile: int,
-                  tile_m: int = 16, split_q: int = 4):
+                  tile_m: int = 16, split_q: int = VARLEN_SPLIT_Q):
     """Chapter 9: one launch of ``paged_attention_varlen`` over a mixed batch, for one KV head.
 
-    One row per program of the grid (``total_q // tile_q + num_seqs`` tiles x ``num_splits``, an
-    upper bound from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
+    One row per program of the grid (``launch.varlen_grid``: the tiles, then splits 1 and up of each
+    sequence; from shapes alone), top to bottom: the bar is the keys the program reads (x axis:
     key position), coloured by sequence; its label says which new tokens it owns (``tile_q =
     tile_m // group`` tokens x the group's heads make its ``tile_m`` rows) and, for a split
     sequence's programs, which split. Programs that exit at once are grey rows marked "exits".
     """
     tile_q = tile_m // group
-    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, split_q)
+    programs = varlen_programs(chunks, contexts, tile_q, num_splits, tile, min(split_q, tile_q))
     palette = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"], COLORS["accent"],
                COLORS["padding"]]
     longest = max(contexts)
@@ -448,6 +495,60 @@ def kernel_bandwidth(rows: list[dict], peak_gbs: float | None = None, gpu: str |
                  + f"\n(block size {int(block_size)})")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=10,
                frameon=False)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def record_bandwidth(record: dict, group: int = 4, key: str = "paged_frac_peak"):
+    """The GPU record's decode bandwidth as a share of the GPU's HBM peak against batch size, one line
+    per context length, for one GQA ``group`` (query heads per K/V head); ``key`` "varlen_frac_peak"
+    draws the engine's kernel instead. The dotted line is the 70% goal."""
+    rows = [r for r in record["bandwidth"]["rows"] if r["group"] == group]
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.8), layout="constrained")
+    markers = "os^D"
+    for colour, marker, context in zip(_BATCH_COLOURS * 2, markers * 2, sorted({r["context"] for r in rows})):
+        mine = sorted((r for r in rows if r["context"] == context), key=lambda r: r["batch"])
+        ax.plot([r["batch"] for r in mine], [100 * r[key] for r in mine], marker + "-", color=colour,
+                label=f"{context // 1024}K tokens")
+    ax.axhline(70, color=COLORS["external"], ls=":", lw=1)
+    ax.text(1, 71, "70% goal", color=COLORS["external"], fontsize=SMALLEST_FONT)
+    batches = sorted({r["batch"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.minorticks_off()
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("batch (sequences decoding)")
+    ax.set_ylabel("% of HBM peak")
+    ax.set_title(wrap(f"Decode bandwidth on {record['gpu']}, GQA group {group}", FIGURE_WIDTH, 12))
+    ax.legend(title="context", loc="lower right")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def record_splits(record: dict, context: int = 16384, entry: str = "paged_attention"):
+    """The GPU record's split-K sweep at one context length: the best split count's speed-up over the
+    single pass (what splitting can give) and the automatic choice's (what the rule took), by batch."""
+    rows = sorted((r for r in record["splits"]["rows"] if r["context"] == context and r["entry"] == entry),
+                  key=lambda r: r["batch"])
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.8), layout="constrained")
+    batches = [r["batch"] for r in rows]
+    ax.plot(batches, [r["best_vs_single"] for r in rows], "o-", color=COLORS["kv"], label="best split count")
+    ax.plot(batches, [r["auto_vs_single"] for r in rows], "s--", color=COLORS["tail"], label="automatic choice")
+    ax.axhline(1, color=COLORS["external"], lw=1)
+    sms = record.get("sms")
+    if sms:
+        full = sms / rows[0]["kv_heads"] if rows else None     # batch at which the single pass fills the SMs
+        ax.axvline(full, color=COLORS["external"], ls=":", lw=1)
+        ax.text(full, ax.get_ylim()[1] * 0.95, " one program per SM", fontsize=SMALLEST_FONT,
+                color=COLORS["external"], va="top")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches], fontsize=SMALLEST_FONT)
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("batch (sequences decoding)")
+    ax.set_ylabel("speed-up over one split")
+    ax.set_title(wrap(f"Split-K on {record['gpu']}, {context // 1024}K tokens", FIGURE_WIDTH, 12))
+    ax.legend(loc="upper right")
     ax.grid(alpha=0.3)
     return fig
 

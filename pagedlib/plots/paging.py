@@ -62,7 +62,7 @@ def plot_block_table_arrows(tables: Mapping[Hashable, Sequence[int]], lengths: M
                              "(num_blocks); pass the pool's num_blocks")
         if len(tables[s]) != cdiv(lengths[s], block_size):
             raise ValueError(f"lengths[{s!r}] = {lengths[s]} tokens need "
-                             f"{-(-lengths[s] // block_size)} pages of {block_size}, but tables[{s!r}] "
+                             f"{cdiv(lengths[s], block_size)} pages of {block_size}, but tables[{s!r}] "
                              f"holds {len(tables[s])}")
     colours = _owner_colours(seqs)
     owner_of = {b: s for s in seqs for b in tables[s]}

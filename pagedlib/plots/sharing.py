@@ -106,7 +106,7 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
     for s, (table, n) in enumerate(zip(tables, seq_lens)):
         if len(table) != cdiv(n, block_size):
             raise ValueError(f"tables[{s}] has {len(table)} pages but {n} tokens need "
-                             f"{-(-n // block_size)} of {block_size}; give each table without padding")
+                             f"{cdiv(n, block_size)} of {block_size}; give each table without padding")
     max_blocks = max(len(t) for t in tables)
     indptr = [0]
     for t in tables:
@@ -139,7 +139,7 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
         ax.plot([indptr[s] + 0.02, indptr[s + 1] - 0.07], [y - 0.12] * 2, color=colour, lw=3)
         ax.text((indptr[s] + indptr[s + 1]) / 2, y - 0.22, f"last_page_len {last[s]}",
                 ha="center", va="top", fontsize=FONT)
-    for s, offset in enumerate(indptr):
+    for offset in indptr:
         ax.text(offset - 0.025, y + 0.8, str(offset), ha="center", va="bottom", fontsize=FONT,
                 fontweight="bold")
     ax.text(-0.2, y + 0.35, "indices", ha="right", va="center", fontsize=FONT)
@@ -295,7 +295,7 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
                                    label="dropped (its blocks are freed)")],
                loc="lower left", fontsize=FONT, frameon=False)
     _draw_tables(bottom, bm, beams, x_scale=bs, label_rows=False)
-    for r, b in enumerate(beams):
+    for r in range(len(beams)):
         bottom.text(prompt_len + steps + 0.3, -r - 0.5, f"beam {r}", va="center", fontsize=FONT)
     bottom.set_ylim(-len(beams) - 0.1, 0.1)
     bottom.set_yticks([])

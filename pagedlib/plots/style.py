@@ -10,6 +10,8 @@ stacks them (one above the other) rather than setting them side by side.
 """
 from __future__ import annotations
 
+from ..output import in_notebook
+
 COLORS = {
     "kv": "#0072B2",          # real K/V tokens (blue)
     "tail": "#E69F00",        # the unused tail of the last page (orange)
@@ -102,13 +104,13 @@ def use_course_style() -> None:
     import matplotlib as mpl
 
     mpl.rcParams.update(RC_PARAMS)
+    if not in_notebook():
+        return
     try:
-        from IPython import get_ipython
-        if get_ipython() is None:
-            return
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:
         return
+    from IPython import get_ipython
     # "retina": the PNG holds 2x the pixels and its metadata asks for the 1x size, which both
     # Jupyter and the site (myst-nb reads the width) honour.
     set_matplotlib_formats("retina")

@@ -26,53 +26,14 @@ are averaged over steps up to the admission of the last request. Poisson arrival
 step: see :mod:`pagedlib.sim.timing` (a linear cost model of OPT-13B on an A100 at 50% efficiency,
 an assumption).
 
-How close to the paper (2,000 ShareGPT requests, seed 0; seeds 1-2 move each share by up to 1.5
-points and each batch at 2 requests/s by up to 1.2):
-
-==============  ================  ================  ================  ================  =============
-policy          token %           reservation %     internal %        external %        batch @2 req/s
-                sim (paper)       sim (paper)       sim (paper)       sim (paper)       sim (paper)
-==============  ================  ================  ================  ================  =============
-Orca (Max)      19.2 (20.4)       12.5 (13.3)       59.4 (57.3)       8.9 (8.9)         7.00 (7.00)
-Orca (Pow2)     26.3 (26.8)       17.1 (17.9)       14.7 (13.6)       41.9 (41.6)       9.57 (9.81)
-Orca (Oracle)   37.2 (38.2)       24.2 (25.2)       0.0 (0.0)         38.7 (36.6)       13.57 (13.62)
-vLLM (paged)    96.3 (96.3)       1.7 (~1)          0.0 (~1)          2.0 (~1.7)        33.29 (30.42)
-==============  ================  ================  ================  ================  =============
-
-The shares come from a saturated queue (every policy limited by memory: the steady state). Every one
-is within 2.2 points of the paper (2.5 over seeds 0-2). Where they miss, and why:
-
-- Token shares of Orca are 0.5-1.2 points low: our requests are a little shorter than the paper's.
-  Prompt and output are drawn independently from the two histograms, so the real data's correlation
-  is lost, and the paper's Max bar implies 458 stored tokens per running request against our 431.
-- vLLM's internal fragmentation is 0.0 here: we count the unfilled tail of a request's last block as
-  reservation (its own next tokens will fill it) and only the part past its final token as internal;
-  the paper's "~1%" may count the whole tail as internal. Together they are 1.7% vs the paper's ~2%.
-- The batch under paging at 2 requests/s is 33.29 vs 30.42 (9% high; 33.3-34.5 over seeds 0-2). Our
-  running requests hold about 430 tokens each on average under every policy, like the paper's three
-  Orca runs (430-458), but the paper's 96.3% of 15,728 slots over 30.42 requests means 498 tokens
-  each. We do not know what makes the paper's vLLM batch hold longer requests (a smaller pool than
-  12 GB for vLLM, or longer real requests, would both do it); we do not tune for it.
-- At 2 requests/s (rather than a saturated queue) vLLM's token share averages 90.9%, not 96.3%: the
-  first ~200 s of the 1,000 s trace are a ramp-up before the queue builds; after it the share is 96%.
-- Alpaca at 30 requests/s (not a target): Max 7.00, Pow2 43.3, Oracle 71.5 match the paper's 7.00,
-  43.24, 72.75, but paging gives 71.8 vs 132.44: in our time model vLLM keeps up with 30 requests/s
-  there, so its batch is set by the arrivals, not by memory. The scheduler matters as much as the
-  clock: with vLLM v0's later prefill-only iterations (``scheduling="prefill_first"``) the batch is
-  165, past the paper's. Which per-step costs the paper's Alpaca run had is not known.
-
-What the paper's vLLM (v0.1) did that the simulator leaves out: a watermark (1% of the blocks kept
-free at admission; measured with one added to this scheduler, no share moves by more than 0.2 points
-nor a ShareGPT batch by more than 0.1, and the prefill-first Alpaca batch goes from 165 to 166), and
-its default caps of 256 sequences and 2,560 tokens per step (no step reaches the first; the second
-is passed by the first steps of a saturated queue and by 7 of the 20,603 steps of ShareGPT at 2
-requests/s). ``max_num_seqs`` and ``max_num_batched_tokens`` (``simulate``'s keywords) are the
-engine's caps; by default neither binds.
+How close the simulation comes to the paper, where it misses and why, is chapter 12's to measure
+(its section "Where the simulation and the paper disagree, and why"): the numbers are computed there,
+not written here. What leaving out v0.1's watermark and step caps changes is in the course's
+references (chapters 11 and 12).
 """
 from __future__ import annotations
 
-import numpy as np
-
+from ..output import TableView
 from ..validation import positive_int
 from .buddy import BuddyAllocator, next_pow2
 from .counting_engine import CountingEngine
@@ -83,7 +44,7 @@ from .reservation import RESERVATION_POLICIES, ReservationPool, reservation_size
 from .result import SimResult
 from .timing import OPT13B_A100, StepTime
 from .workload import Workload
-from . import latency
+from . import latency as latency    # pagedlib.sim.latency, re-exported
 
 POLICIES = (*RESERVATION_POLICIES, "paged")
 
@@ -111,7 +72,7 @@ def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_si
     ``"prefill_first"`` (vLLM v0 from August 2023 on: a step of new prompts alone, the running
     requests waiting) or ``"decode_first"``. ``max_num_seqs`` and ``max_num_batched_tokens`` are the
     engine's caps; by default neither binds, as memory, not a cap, limited the paper's runs. The
-    paper's vLLM also kept a 1% watermark of free blocks at admission; the module docstring measures
+    paper's vLLM also kept a 1% watermark of free blocks at admission; the course's references say
     what leaving it and its caps out changes (little).
     """
     if policy not in POLICIES:
@@ -137,10 +98,7 @@ def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_si
 
 def compare_with_paper(results: dict[str, SimResult]) -> str:
     """A text table of simulated Figure 2 shares (percent) beside the paper's, one row per policy."""
-    lines = [f"{'policy':<14}" + "".join(f"{k:>22}" for k in ("token", "reservation", "internal",
-                                                              "external")) + f"{'batch':>8}"]
-    for policy, r in results.items():
-        paper, sim = FIGURE2[policy], r.shares()
-        cells = "".join(f"{100 * sim[k]:>9.1f} (paper {paper[k]:>5.1f})" for k in paper)
-        lines.append(f"{POLICY_LABELS[policy]:<14}{cells}{r.avg_batch:>8.2f}")
-    return "\n".join(lines)
+    shares = ("token", "reservation", "internal", "external")
+    rows = [[POLICY_LABELS[policy], *(f"{100 * r.shares()[k]:.1f} (paper {FIGURE2[policy][k]:.1f})"
+                                      for k in shares), r.avg_batch] for policy, r in results.items()]
+    return TableView(rows, ["policy", *shares, "batch"]).text()

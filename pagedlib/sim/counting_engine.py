@@ -101,25 +101,25 @@ class CountingEngine:
             return None
         # the averages stop once every request has arrived and been admitted (the drain is left out)
         self.measuring = self.measuring and bool(self.pending or sched.waiting)
-        plan = sched.schedule()
-        if not plan.seqs:
+        scheduled = sched.schedule()
+        if not scheduled.seqs:
             raise RuntimeError("the scheduler ran nobody although requests wait; every request was "
                                "checked to fit an empty pool, so this is a bug")
         if self.measuring:
             self.meter.record_blocks(self.block_manager, sched.running, self.kv_at_end)
-        kv_read = sum(s.num_computed_tokens for s in plan.seqs)
+        kv_read = sum(s.num_computed_tokens for s in scheduled.seqs)
         finished = []
-        for seq in plan.seqs:
+        for seq in scheduled.seqs:
             if seq.all_computed:                   # its last token's K/V is computed: it samples
                 seq.output.append(0)
                 if len(seq.output) >= seq.max_new_tokens:
                     sched.finish(seq)
                     finished.append(seq.seq_id)
-        self.clock += self.step_time(kv_read, sum(plan.prefill_chunks))
+        self.clock += self.step_time(kv_read, sum(scheduled.prefill_chunks))
         for i in finished:
             self.finish_step[i], self.finish_s[i] = self.steps, self.clock   # its last token is out
         self.steps += 1
-        return plan
+        return scheduled
 
     def result(self) -> SimResult:
         """The measured averages, as a :class:`SimResult`."""

@@ -123,11 +123,6 @@ class SimResult:
         """External fragmentation and other: the buddy's rounding plus free slots (Figure 2's term)."""
         return self.rounding_frac + self.free_frac
 
-    @property
-    def waste_frac(self) -> float:
-        """Everything that is not a stored token."""
-        return 1.0 - self.token_frac
-
     def shares(self) -> dict[str, float]:
         """The four shares of the paper's Figure 2, by name."""
         return {"token": self.token_frac, "reservation": self.reservation_frac,

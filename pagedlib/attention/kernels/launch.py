@@ -10,6 +10,7 @@ these choices to show the registers, spills and shared memory they cost on a T4,
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -103,6 +104,13 @@ class LaunchConfig:
         rows, each (token, query head of the group): 16 tokens at group 1, 2 at group 8, 1 past 16."""
         return self.group_pad // self.group
 
+    @property
+    def split_q(self) -> int:
+        """``SPLIT_Q``: the varlen kernel splits the keys of a sequence with at most this many new
+        tokens: ``VARLEN_SPLIT_Q``, but no more than one tile holds (``tile_q``), so a split sequence
+        is one tile and each of its splits one program (``varlen_grid``)."""
+        return min(VARLEN_SPLIT_Q, self.tile_q)
+
 
 def launch_config(head_dim: int, dtype: torch.dtype, group: int,
                   capability: tuple[int, int] | None) -> LaunchConfig:
@@ -165,13 +173,14 @@ def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
 
 
 VARLEN_FP32_WIDE_WARPS = 4   # the varlen kernel's warps for fp32 at head_dim 256 (see varlen_meta)
-VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens
+VARLEN_FP32_128_WARPS = 8    # ... and at head_dim 128
+VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens (and one tile)
 
 
 def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``varlen_kernel``: the packed tile is ``group_pad`` rows of
     ``tile_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
-    meta = dict(GROUP=cfg.group, TILE_M=cfg.group_pad, TILE_Q=cfg.tile_q, SPLIT_Q=VARLEN_SPLIT_Q,
+    meta = dict(GROUP=cfg.group, TILE_M=cfg.group_pad, TILE_Q=cfg.tile_q, SPLIT_Q=cfg.split_q,
                 **_loop_meta(cfg, block_size))
     if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256 and cfg.group_pad == MIN_DOT_ROWS:
         # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
@@ -179,35 +188,66 @@ def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
         # registers with no spill. A tile of more rows (a group past 16) keeps decode's 8 warps: with
         # 4, group 32 spilled 1,144 bytes per thread on sm_90
         meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
+    elif cfg.dot_precision == "ieee" and cfg.head_dim_pad == 128 and cfg.group_pad == MIN_DOT_ROWS:
+        # fp32 at head_dim 128: with 4 warps the varlen kernel (its split programs after the tiles)
+        # sat at 72 registers and spilled 8 bytes per thread on sm_75 (group 4 or 8, ``bench kernels
+        # --resources``); 8 warps hold the [16, 128] fp32 tile in about 64 registers, no spill
+        meta["num_warps"] = VARLEN_FP32_128_WARPS
     return meta
 
 
 def varlen_merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
     """Constexprs and options of ``varlen_merge_kernel``."""
-    return dict(SPLIT_Q=VARLEN_SPLIT_Q, SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=cfg.head_dim,
+    return dict(SPLIT_Q=cfg.split_q, SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=cfg.head_dim,
                 HEAD_DIM_PAD=cfg.head_dim_pad, num_warps=COPY_WARPS, num_stages=1)
 
 
+def varlen_tiles(total_q: int, num_seqs: int, tile_q: int) -> int:
+    """How many (tokens x group) tiles the varlen kernel launches per KV head, from shapes alone: an
+    upper bound on ``sum(cdiv(chunk_s, tile_q))`` over the sequences, whatever their chunk lengths.
+
+    ``cdiv(c, q) = 1 + (c - 1) // q``, and a sum of floors is at most the floor of the sum, so
+    ``num_seqs + (total_q - num_seqs) // tile_q`` tiles are always enough: exactly enough for a
+    decode-only batch (one tile per sequence) or one sequence, and at most ``num_seqs - 1`` too many
+    otherwise (the rounding). Sequence ``s``'s tiles are numbered from ``(query_start_loc[s] +
+    (tile_q - 1) * s) // tile_q`` (``varlen_first_tile``), so no chunk length is read back to the host.
+    """
+    return (total_q + (tile_q - 1) * num_seqs) // tile_q
+
+
+def varlen_first_tile(query_start: int, seq: int, tile_q: int) -> int:
+    """The number of sequence ``seq``'s first tile, its chunk starting at row ``query_start``
+    (the kernel's ``find_sequence`` uses the same formula)."""
+    return (query_start + (tile_q - 1) * seq) // tile_q
+
+
 def varlen_grid(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig,
-                num_splits: int) -> tuple[int, int, int]:
-    """The varlen kernel's grid from shapes alone: an upper bound on the (tokens x group) tiles of
-    every sequence, ``total_q // tile_q + num_seqs``, per KV head, per split. Sequence ``s``'s
-    tiles are numbered from ``query_start_loc[s] // tile_q + s``; programs past a sequence's last
-    tile exit at once, so no chunk length is read back to the host."""
-    return (total_q // cfg.tile_q + num_seqs, num_kv_heads, num_splits)
+                num_splits: int) -> tuple[int, int]:
+    """The varlen kernel's grid from shapes alone: ``(tiles + num_seqs * (num_splits - 1), num_kv_heads)``.
+
+    The first ``varlen_tiles`` programs of each KV head are the tiles (split 0 of a split sequence,
+    the whole key range of the others); the next ``num_seqs * (num_splits - 1)`` are splits 1 to
+    ``num_splits - 1`` of each sequence, which only a sequence that is split (at most
+    ``varlen_split_q`` new tokens: one tile) uses. So a fixed ``num_splits`` adds programs per
+    sequence, not per tile: a 2,048-token chunk gets no extra program that only exits, except one
+    per split for its own (unsplit) sequence."""
+    return (varlen_tiles(total_q, num_seqs, cfg.tile_q) + num_seqs * (num_splits - 1), num_kv_heads)
 
 
-def varlen_num_splits(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig, max_seq_len: int,
-                      sms: int) -> int:
-    """``num_splits=None`` for the varlen kernel: ``choose_num_splits`` with the grid's tiles as the
-    programs (shapes only). It depends on the batch, so a sequence's output may differ in its last
+def auto_num_splits(total_q: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig, max_seq_len: int,
+                    sms: int, per_sm: int) -> int:
+    """``num_splits=None`` for both entry points, ``paged_attention`` (``total_q == num_seqs``: one new
+    token each) and ``paged_attention_varlen``: ``choose_num_splits`` with the single pass's
+    programs, ``varlen_tiles`` per KV head (``num_seqs`` for decode), the key tiles of the longest
+    sequence the block table can hold (shapes only), and waves of ``sms * per_sm`` programs
+    (``resident_programs``). It depends on the batch, so a sequence's output may differ in its last
     bits from one batch to the next; pass a fixed ``num_splits`` for batch-invariant results."""
-    tiles = total_q // cfg.tile_q + num_seqs
-    return choose_num_splits(tiles, num_kv_heads, max_seq_len, sms)
+    programs = varlen_tiles(total_q, num_seqs, cfg.tile_q) * num_kv_heads
+    return choose_num_splits(programs, triton.cdiv(max_seq_len, cfg.tile), sms, per_sm)
 
 
 def merge_meta(cfg: LaunchConfig, num_splits: int) -> dict:
-    """Constexprs and options of ``merge_kernel`` (the partial outputs are ``head_dim_pad`` wide)."""
+    """Constexprs and options of ``merge_kernel`` (the partial outputs are ``head_dim`` wide)."""
     return dict(SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=cfg.head_dim,
                 HEAD_DIM_PAD=cfg.head_dim_pad, num_warps=COPY_WARPS, num_stages=1)
 
@@ -220,9 +260,13 @@ def write_meta(head_dim: int, num_kv_heads: int, block_size: int) -> dict:
 
 
 # -- split-K: how many ranges a decode splits each sequence into ------------------------------------
-
-MIN_TOKENS_PER_SPLIT = 256   # split-K: fewer tokens than this per split costs more in merging than it gains
-MAX_SPLITS = 32
+# The rule of FlashAttention-3's num_splits_heuristic (hopper/heuristics.h), in the course's units:
+# programs are the single pass's (sequence or tile, KV head) programs, key tiles the TILE-token steps
+# of the longest sequence.
+FULL_WAVE = 0.8              # no split once the single pass fills 80% of the SMs (one wave)
+MIN_TILES_PER_SPLIT = 5      # every split holds more than 4 key tiles: fewer cost more to merge than they gain
+WAVE_SLACK = 0.85            # the fewest splits whose wave efficiency is within 85% of the best
+MAX_SPLITS = 32              # and never more (the merge kernels hold every split's partials at once)
 
 
 def num_sms(device: torch.device) -> int:
@@ -232,17 +276,63 @@ def num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: int) -> int:
-    """How many ranges to split each sequence into for split-K decode.
+ASSUMED_REGISTERS = 128   # registers per thread the occupancy estimate assumes: the decode kernels
+                          # compile to 56-128 (``bench kernels --resources``; the exact count is the compiler's)
+UNKNOWN_PER_SM = 4        # programs per SM where the GPU is unknown (the interpreter): an H100's, head_dim 128
 
-    The single pass launches ``num_seqs * num_kv_heads`` programs. If that already fills the GPU's
-    ``sms`` multiprocessors, splitting only adds a merge: 1. Otherwise split enough to make about two
-    programs per multiprocessor, but keep at least ``MIN_TOKENS_PER_SPLIT`` tokens of the longest
-    possible sequence (``max_seq_len``) in each split, and at most ``MAX_SPLITS`` splits.
+
+def resident_programs(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int] | None) -> int:
+    """How many decode programs one SM holds at once (occupancy): a wave is ``sms`` times this.
+
+    The tightest of the SM's limits (``SM_LIMITS``) for programs of ``cfg.num_warps`` warps,
+    ``ASSUMED_REGISTERS`` registers a thread, and the shared memory of one K and one V tile (the
+    compiled kernels allocate that plus up to a quarter more for the pipeline). 4 on a T4, an A100
+    or an H100 at head_dim 128 (the resource table measures 4 there), 2 at head_dim 256.
     """
-    programs = max(1, num_seqs * num_kv_heads)
-    if programs >= sms:
+    limits = SM_LIMITS.get(None if capability is INTERPRETER else 10 * capability[0] + capability[1])
+    if limits is None:
+        return UNKNOWN_PER_SM
+    by_registers = limits.registers // (ASSUMED_REGISTERS * 32 * cfg.num_warps)
+    shared = 2 * cfg.tile * cfg.head_dim_pad * dtype.itemsize + limits.reserved_shared
+    return max(1, min(by_registers, limits.shared_per_sm // shared, limits.max_warps // cfg.num_warps,
+                      limits.max_programs))
+
+
+def wave_efficiency(programs: int, sms: int, per_sm: int = 1) -> float:
+    """How full the GPU's waves are: ``programs`` equal programs run in ``ceil(programs / slots)``
+    waves of ``slots = sms * per_sm`` programs (``per_sm`` resident on each SM at once); 1.0 when the
+    last wave is full, 0.5 when half of it idles."""
+    waves = programs / (sms * per_sm)
+    return waves / math.ceil(waves)
+
+
+def split_candidates(key_tiles: int, sms: int) -> list[int]:
+    """The split counts the rule may choose: 1 to ``MAX_SPLITS`` (and at most one per SM), as long as
+    every split holds at least ``MIN_TILES_PER_SPLIT`` key tiles, i.e. ``key_tiles // s >= 5``."""
+    return list(range(1, max(1, min(MAX_SPLITS, sms, key_tiles // MIN_TILES_PER_SPLIT)) + 1))
+
+
+def choose_num_splits(programs: int, key_tiles: int, sms: int, per_sm: int = 1) -> int:
+    """How many ranges to split each sequence's keys into (split-K), for both entry points.
+
+    ``programs``: what the single pass launches (sequences or tiles, times KV heads); ``key_tiles``:
+    the ``TILE``-token steps of the longest sequence; ``sms``: the GPU's multiprocessors, each
+    holding ``per_sm`` programs at once (``resident_programs``): a wave is ``sms * per_sm`` programs.
+
+    1. The single pass fills at least ``FULL_WAVE`` (80%) of one wave: 1, no split.
+    2. Otherwise, among ``split_candidates`` (each split holds more than 4 key tiles), the wave
+       efficiency of ``programs * s`` programs (``wave_efficiency``); take the smallest ``s`` within
+       ``WAVE_SLACK`` (85%) of the best: fewer splits mean less to merge.
+
+    FlashAttention-3's ``num_splits_heuristic`` counts waves of one program per SM; on an H200 the
+    course's decode kernels ran as waves of 4 per SM (one SM's resident programs), and splitting
+    paid up to that: 16 sequences x 8 KV heads = 128 programs ran fastest in 4 splits.
+    """
+    programs = max(1, programs)
+    slots = sms * per_sm
+    if programs >= FULL_WAVE * slots:
         return 1
-    wanted = triton.cdiv(2 * sms, programs)
-    useful = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
-    return max(1, min(wanted, useful, MAX_SPLITS))
+    candidates = split_candidates(key_tiles, slots)
+    efficiency = {s: wave_efficiency(programs * s, slots) for s in candidates}
+    best = max(efficiency.values())
+    return min(s for s in candidates if efficiency[s] >= WAVE_SLACK * best)

@@ -1,10 +1,14 @@
-"""Show a table of results as a table: HTML in a notebook and on the site, aligned text elsewhere.
+"""How results are shown: HTML in a notebook and on the site, text elsewhere (every chapter).
+
+:func:`display_or_print` is the one place that asks whether a notebook is running: it displays an
+object's HTML there, and prints its text in a script, a terminal or a test. Claims, exercises,
+figures and tables all show themselves through it.
 
 A printed table of aligned columns breaks apart when a phone wraps its lines. ``show_table`` shows
 the same rows as an HTML ``<table>`` (which the site styles with its theme and lets scroll inside its
 own box) and keeps an aligned plain-text version for terminals, scripts and nbval::
 
-    from pagedlib.plots import show_table
+    from pagedlib.output import show_table      # also pagedlib.plots.show_table
     show_table([["gpt2", 12, 36], ["llama-2-7b", 32, 512]], ["model", "layers", "KiB/token"])
 
 Cells are shown as given: a string as is, an int with thousands separators, a float with
@@ -16,7 +20,31 @@ import html
 import numbers
 from collections.abc import Sequence
 
-__all__ = ["TableView", "show_table"]
+__all__ = ["TableView", "display_or_print", "in_notebook", "show_table"]
+
+
+def in_notebook() -> bool:
+    """True in IPython (Jupyter, Colab), where rich (HTML) output is shown."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+def display_or_print(obj, text: str | None = None) -> bool:
+    """Show ``obj`` in a notebook (its ``_repr_html_``, with ``text`` as the plain-text twin when
+    given); elsewhere print ``text`` (nothing when it is None). Returns True when it was displayed."""
+    if in_notebook():
+        from IPython.display import display
+        if text is None:
+            display(obj)
+        else:
+            display({"text/html": obj._repr_html_(), "text/plain": text}, raw=True)
+        return True
+    if text is not None:
+        print(text)
+    return False
 
 
 def _cell(value, floatfmt: str) -> str:
@@ -89,12 +117,4 @@ def show_table(rows: Sequence[Sequence], headers: Sequence[str], *, caption: str
     last-line call is not shown twice.
     """
     view = TableView(rows, headers, caption=caption, floatfmt=floatfmt)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(view)
-    else:
-        print(view.text())
+    display_or_print(view, view.text())

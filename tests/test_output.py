@@ -1,7 +1,7 @@
-"""show_table: results as an HTML table on the site and in Jupyter, aligned text in a terminal."""
+"""pagedlib.output: HTML in a notebook, text elsewhere; show_table's HTML table and aligned text."""
 import pytest
 
-from pagedlib.plots import TableView, show_table
+from pagedlib.output import TableView, display_or_print, show_table
 
 ROWS = [["gpt2", 12, 36], ["llama-2-7b", 32, 512], ["opt-13b", 40, 800.5]]
 HEADERS = ["model", "layers", "KiB/token"]
@@ -39,3 +39,22 @@ def test_placeholders_and_approximate_values_stay_in_a_numeric_column():
     view = TableView([["none", "~1.0", "n/a"], ["16", "2.5", "n/a"]], ["budget", "paper", "x"])
     assert view.numeric == [True, True, False]
     assert view.text().splitlines() == ["budget  paper  x", "  none   ~1.0  n/a", "    16    2.5  n/a"]
+
+
+def test_display_or_print_prints_the_text_twin_outside_a_notebook(capsys):
+    view = TableView(ROWS[:1], HEADERS)
+    assert display_or_print(view, "the text") is False and capsys.readouterr().out == "the text\n"
+    assert display_or_print(view) is False and capsys.readouterr().out == ""     # a figure: nothing
+
+
+def test_display_or_print_displays_html_with_its_text_twin_in_a_notebook(monkeypatch):
+    """In IPython the HTML goes out with the given text as text/plain (what nbval compares)."""
+    import IPython
+    import IPython.display
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    view = TableView(ROWS[:1], HEADERS)
+    assert display_or_print(view, view.text()) is True
+    assert shown == [({"text/html": view._repr_html_(), "text/plain": view.text()}, True)]
+    assert display_or_print(view) is True and shown[-1] == (view, False)

@@ -1,0 +1,157 @@
+"""pagedlib.facts: every fact about a production engine is written once, sourced and dated, and the
+course says nothing that contradicts it."""
+import datetime as dt
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from pagedlib import facts
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+PAGES = sorted((ROOT / "book").glob("*.md")) + [ROOT / "README.md"]
+
+
+def _sources(path: Path) -> list[str]:
+    if path.suffix == ".ipynb":
+        return [c.source for c in nbformat.read(path, as_version=4).cells]
+    return [path.read_text()]
+
+
+def _course_texts() -> dict[str, str]:
+    """Every text a learner reads: notebook cells (markdown and code) and the book's pages."""
+    return {str(p.relative_to(ROOT)): "\n\n".join(_sources(p)) for p in NOTEBOOKS + PAGES}
+
+
+def _document(name: str) -> Path:
+    if name.startswith("book/"):
+        return ROOT / name
+    return next(p for p in NOTEBOOKS if p.name.startswith(name + "_"))
+
+
+@pytest.mark.parametrize("f", facts.FACTS, ids=lambda f: f.key)
+def test_every_fact_has_an_engine_a_version_a_source_and_a_date(f):
+    assert f.engine and f.version and f.text and f.source_name
+    assert re.match(r"https://\S+$", f.source), f"{f.key}: the source must be a URL, got {f.source!r}"
+    checked = dt.date.fromisoformat(f.checked)
+    assert dt.date(2023, 6, 1) <= checked <= dt.date.today(), f"{f.key}: checked {f.checked}?"
+    assert f.text.rstrip().endswith((".", ")")), f"{f.key}: the statement must end a sentence"
+
+
+def test_keys_are_unique_and_every_fact_is_shown_somewhere():
+    keys = [f.key for f in facts.FACTS]
+    assert len(keys) == len(set(keys))
+    shown = {k for box in facts.BOXES.values() for k in box} | {f.key for f in facts.FACTS if f.used_in}
+    assert shown == set(keys), f"facts nobody shows: {sorted(set(keys) - shown)}"
+    with pytest.raises(KeyError, match="known:"):
+        facts.fact("no_such_fact")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_each_chapter_shows_its_box_as_the_registry_writes_it(path):
+    sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    boxes = [s for s in sources if facts.BOX_START in s]
+    assert len(boxes) == 1, f"{path.name}: {len(boxes)} 'In production today' boxes"
+    assert facts.render_box(path.name[:2]) in boxes[0], \
+        f"{path.name}: the box was edited by hand; edit pagedlib/facts.py and run scripts/sync_notebooks.py"
+    # Reads the same in JupyterLab, on Colab and on the site: no MyST directive (Colab shows a fence)
+    assert not any("```{" in s for s in sources), f"{path.name}: a MyST directive in its Markdown"
+
+
+def test_a_box_is_html_around_markdown_with_every_source_and_date():
+    box = facts.render_box("10")
+    assert '<div class="admonition note">' in box and "In production today</strong></p>\n\n- " in box
+    assert box.count("checked 20") == len(facts.BOXES["10"])      # one citation per fact
+    assert "\n\n</div>" in box                                    # Markdown ends before the tag closes
+
+
+@pytest.mark.parametrize("f", [f for f in facts.FACTS if f.used_in], ids=lambda f: f.key)
+def test_a_fact_stated_in_prose_is_the_registered_sentence(f):
+    want = facts.normalise(f.text)
+    for name in f.used_in:
+        text = facts.normalise("\n".join(_sources(_document(name))))
+        assert want in text, f"{name} does not state {f.key!r} as pagedlib/facts.py does: {f.text}"
+
+
+def test_no_text_of_the_course_contradicts_a_registered_fact():
+    texts = _course_texts()
+    found = [f"{where}: {m.group(0)!r} contradicts {f.key!r} ({f.text[:60]}...)"
+             for f in facts.FACTS for pattern in f.contradicted_by
+             for where, text in texts.items() for m in re.finditer(pattern, text)]
+    assert not found, "\n".join(found)
+
+
+# "vLLM's `block_size` is 16", "`tokens_per_block` is 32 by default", "`free_gpu_memory_fraction`, 0.9 by
+# default": a setting named in backticks with its default value.
+DEFAULT = re.compile(
+    r"`(?P<a>[\w-]+)`,? (?:is |defaults to |of )?(?P<va>\d[\d.,]*\d|\d)(?: tokens)? by default"
+    r"|`(?P<b>[\w-]+)` (?:is|defaults to) (?P<vb>\d[\d.,]*\d|\d)"
+    r"|`(?P<c>[\w-]+)`[^.;`]{0,30}?\((?P<vc>\d[\d.,]*\d|\d) by default\)")
+
+
+def _default_clashes(texts: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """Settings whose default the texts state with more than one value: name -> [(where, value)]."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for where, text in texts.items():
+        for m in DEFAULT.finditer(facts.normalise(text)):
+            name = m["a"] or m["b"] or m["c"]
+            found.setdefault(name, []).append((where, m["va"] or m["vb"] or m["vc"]))
+    return {name: seen for name, seen in found.items() if len({v for _, v in seen}) > 1}
+
+
+def test_one_default_has_one_value_across_the_course():
+    """The same setting, stated with its default in two places, says the same number."""
+    texts = {**_course_texts(), "pagedlib/facts.py": "\n".join(f.text for f in facts.FACTS)}
+    clashes = _default_clashes(texts)
+    assert not clashes, f"one default, several values: {clashes}"
+
+
+def test_the_default_check_can_fail():
+    texts = {"a": "vLLM's default `block_size` is 16, and", "b": "with `block_size` 32 by default.",
+             "c": "TensorRT-LLM's `tokens_per_block` is 32 by default; "
+                  "`free_gpu_memory_fraction` (0.9 by default)"}
+    assert _default_clashes(texts) == {"block_size": [("a", "16"), ("b", "32")]}
+
+
+def test_sync_rewrites_a_box_edited_by_hand(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_notebooks
+    nb = nbformat.v4.new_notebook()
+    box = facts.render_box("04")
+    edited = box.replace("is 16", "is 32")
+    nb.cells = [nbformat.v4.new_markdown_cell("Text before.\n\n" + edited + "\n\nAfter.")]
+    path = tmp_path / "04_pages.ipynb"
+    assert sync_notebooks.sync_production_box(path, nb) == [
+        "'In production today' box differs from pagedlib/facts.py"]
+    assert nb.cells[0].source == "Text before.\n\n" + box + "\n\nAfter."   # the text around it is kept
+    assert sync_notebooks.sync_production_box(path, nb) == []
+    nb.cells[0].source = "no box"
+    assert "0 'In production today' boxes" in sync_notebooks.sync_production_box(path, nb)[0]
+
+
+def test_every_box_links_to_a_heading_of_the_references():
+    text = (ROOT / "book" / "references.md").read_text()
+    slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
+             for h in re.findall(r"^## (.+)$", text, flags=re.M)}
+    for chapter in facts.BOXES:
+        for anchor in re.findall(r"references\.md#([\w-]+)", facts.render_box(chapter)):
+            assert anchor in slugs, f"chapter {chapter}'s box links to #{anchor}, no such heading"
+
+
+@pytest.mark.parametrize("f", [f for f in facts.FACTS if f.contradicted_by], ids=lambda f: f.key)
+def test_a_contradiction_pattern_does_not_match_the_fact_itself(f):
+    for pattern in f.contradicted_by:
+        assert not re.search(pattern, f.text), f"{f.key}: {pattern!r} matches the registered statement"
+
+
+def test_a_box_renders_as_a_titled_list_in_a_commonmark_renderer():
+    """JupyterLab and Colab render notebook Markdown as CommonMark with HTML blocks passed through:
+    the statements must come out as a list inside the box, not as raw text or a code block."""
+    from markdown_it import MarkdownIt
+    html = MarkdownIt("commonmark").render(facts.render_box("05"))
+    assert html.index('<div class="admonition note">') < html.index("<strong>In production today</strong>") \
+        < html.index("<ul>") < html.index("</ul>") < html.index("</div>")
+    assert html.count("<li>") == len(facts.BOXES["05"]) and "<pre>" not in html and "- **" not in html
