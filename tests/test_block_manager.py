@@ -4,7 +4,6 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import pagedlib
-from pagedlib.memory import block_manager as bm_module
 from pagedlib.memory.block_manager import BlockManager, OutOfBlocks
 
 
@@ -215,9 +214,8 @@ def test_blocks_filled_by_append_enter_the_cache():
     assert bm.block_table("b")[:2] == bm.block_table("a")
 
 
-def test_hash_collision_does_not_hand_out_wrong_tokens(monkeypatch):
-    monkeypatch.setattr(bm_module, "block_hash", lambda parent, tokens: b"same")
-    bm = BlockManager(8, 2, enable_prefix_caching=True, prefix_caching_hash="blake2")
+def test_hash_collision_does_not_hand_out_wrong_tokens():
+    bm = BlockManager(8, 2, enable_prefix_caching=True, prefix_caching_hash=lambda parent, tokens: b"same")
     bm.allocate("a", [1, 2, 3])
     assert bm.allocate("b", [5, 6, 3]) == 0    # same name, other tokens: a miss
     assert bm.allocate("c", [1, 2, 3]) == 2
@@ -465,13 +463,9 @@ def parent_blind(parent, tokens):
     return bytes(str(tuple(tokens)), "ascii")
 
 
-BLAKE2 = {"prefix_caching_hash": "blake2"} if hasattr(bm_module, "HASHES") else {}   # the old code had only it
-
-
-def test_a_colliding_name_cannot_hand_out_a_block_computed_after_another_prefix(monkeypatch):
+def test_a_colliding_name_cannot_hand_out_a_block_computed_after_another_prefix():
     """Failed on the old code (it checked only the block's own tokens): P got S's second block."""
-    monkeypatch.setattr(bm_module, "block_hash", parent_blind)
-    bm = BlockManager(16, 4, enable_prefix_caching=True, **BLAKE2)
+    bm = BlockManager(16, 4, enable_prefix_caching=True, prefix_caching_hash=parent_blind)
     bm.allocate("Q", [1, 2, 3, 4, 0])                              # caches the block [1, 2, 3, 4]
     bm.allocate("S", [9, 9, 9, 9, 5, 6, 7, 8, 0])                  # [5, 6, 7, 8] after another prefix
     s_second = bm.block_table("S")[1]
@@ -489,7 +483,7 @@ def test_every_hash_finds_the_same_hits(algo):
 
 
 def test_an_unknown_hash_is_refused():
-    with pytest.raises(ValueError, match="prefix_caching_hash must be one of"):
+    with pytest.raises(ValueError, match="prefix_caching_hash must be one of .* or a function"):
         BlockManager(4, 2, enable_prefix_caching=True, prefix_caching_hash="md5")
 
 
@@ -520,8 +514,8 @@ def test_allocate_can_take_blocks_for_a_first_chunk_only_and_grow_later():
     assert bm.blocks_for("a", 127) == 4 and bm.allocate_slots("a", 127) == []
     assert len(bm.block_table("a")) == 8 and bm.num_tokens("a") == 127
     before = state(bm)
-    with pytest.raises(OutOfBlocks, match="needs 15 free blocks but only 12"):
-        bm.allocate_slots("a", 360)
+    assert bm.blocks_for("a", 360) == 15 and bm.num_free_blocks == 12
+    assert bm.allocate_slots("a", 360) is None                      # vLLM's answer: None, nothing changed
     assert state(bm) == before
 
 

@@ -209,6 +209,20 @@ def test_top_k_keeps_only_the_k_best():
     assert drawn == {1, 4}
 
 
+def test_top_p_keeps_a_token_only_while_the_better_ones_fall_short_of_p():
+    """At the boundary: when the better tokens' probability equals top_p exactly, the nucleus is full
+    without the next token, so it is never drawn (``>=``; ``>`` would draw it a quarter of the time)."""
+    from pagedlib.engine.llm import sample_token
+    logits = torch.tensor([0.4, 0.3, 0.3]).log()                    # probabilities about .4, .3, .3
+    probs = logits.softmax(-1).sort(descending=True).values
+    boundary = float((probs.cumsum(-1) - probs)[2])                 # the two best, as sample_token sums them
+    params = SamplingParams(temperature=1.0, top_p=boundary)
+    drawn = {sample_token(logits, params, torch.Generator().manual_seed(s)) for s in range(300)}
+    assert drawn == {0, 1} or drawn == {0, 2}
+    wider = SamplingParams(temperature=1.0, top_p=min(1.0, boundary + 1e-3))
+    assert len({sample_token(logits, wider, torch.Generator().manual_seed(s)) for s in range(300)}) == 3
+
+
 def test_stops_at_eos():
     prompts = random_prompts(2, 300, seed=4)
     full = [reference("h4v300", tuple(p), 10) for p in prompts]

@@ -19,7 +19,7 @@ def test_mixed_step_draws_every_token_and_every_slot():
     assert len(top.patches) == 6                       # one box per token of the batch
     assert len(bottom.patches) == 5 * 4                # one cell per slot of the cache
     texts = [t.get_text() for t in top.texts]
-    assert "B\npos 4\nslot 4" in texts and "A\npos 6\nslot 14" in texts
+    assert "B\npos 4\nslot 0" in texts and "A\npos 6\nslot 14" in texts
     assert "B: prefill chunk of 5" in texts and "A: decode row" in texts
     solid = [p for p in bottom.patches if p.get_alpha() == 1.0 and p.get_facecolor()[:3] != (1, 1, 1)
              and p.get_facecolor() != matplotlib.colors.to_rgba("#F0F0F0")]
@@ -31,7 +31,7 @@ def test_mixed_step_refuses_wrong_names_and_a_too_small_cache():
     with pytest.raises(ValueError, match="names"):
         mixed_step(batch, 5, 4, names=["A"])
     with pytest.raises(ValueError, match="num_blocks"):
-        mixed_step(batch, 4, 4)
+        mixed_step(batch, 3, 4)                        # A writes slot 14
 
 
 def test_budget_latencies_one_bar_per_budget():

@@ -181,9 +181,10 @@ def test_a_prefill_takes_blocks_chunk_by_chunk_and_can_be_the_one_preempted():
 
 def test_a_long_prompt_starts_in_the_blocks_that_are_free():
     """Issue 24's reproduction: 20 blocks of 16, a running request holding 10, a 200-token prompt, a
-    budget of 64. vLLM v1 takes 4 blocks and prefills 63 tokens; the old code scheduled none of them."""
+    budget of 64. vLLM v1 takes 4 blocks and prefills 63 tokens; the old code scheduled none of them.
+    (First-chunk admission, as vLLM before #37307: the whole prompt's 13 blocks fit in the 10 free.)"""
     bm = BlockManager(num_blocks=20, block_size=16)
-    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=64)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=64, scheduler_reserve_full_isl=False)
     a, b = seqs(150, 200)
     sched.add(a)
     for _ in range(3):
@@ -279,8 +280,11 @@ def test_random_workloads_finish_with_invariants(num_blocks, block_size, max_num
             continue
         order = list(sched.running)
         step = sched.schedule()
-        # preemption takes the newest: the survivors are the oldest, in their order
-        assert [s for s in order if s not in step.preempted] == sched.running[:len(order) - len(step.preempted)]
+        # vLLM's preemption takes the newest: the survivors are the oldest, in their order (SGLang's
+        # order picks by outputs and prompt length: the survivors keep their order)
+        survivors = [s for s in order if s not in step.preempted]
+        kept = sched.running[:len(order) - len(step.preempted)]
+        assert survivors == kept if admission != "estimated" else set(survivors) >= set(kept)
         assert len(sched.running) <= max_num_seqs and sched.num_seats <= max_num_seqs
         assert not set(map(id, sched.running)) & set(map(id, sched.waiting))
         assert set(step.seqs) <= set(sched.running) and len(set(step.seqs)) == len(step.seqs)
@@ -362,3 +366,148 @@ def test_decode_first_never_preempts_a_decode_it_has_already_scheduled():
                 if len(seq.output) == seq.params.max_new_tokens:
                     sched.finish(seq)
     assert all(s.status is Status.FINISHED for s in todo)
+
+
+# ---- admission as vLLM's today: scheduler_reserve_full_isl (vllm-project/vllm#37307) ----------------
+def long_prompt_scene(reserve_full_isl: bool):
+    """A decoding request holds 2 of 6 blocks; a 20-token prompt (5 blocks) arrives with a budget of 4
+    tokens a step: its first chunk fits in the free blocks, its whole prompt does not."""
+    bm = BlockManager(num_blocks=6, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=4, scheduler_reserve_full_isl=reserve_full_isl)
+    (a,) = seqs(5)
+    a.params = type("P", (), {"max_new_tokens": 100})()
+    sched.add(a)
+    run_step(sched)
+    run_step(sched)
+    (b,) = seqs(20, first_id=1)
+    sched.add(b)
+    return sched, bm, a, b
+
+
+def test_full_isl_admits_only_when_the_whole_prompt_fits():
+    sched, bm, a, b = long_prompt_scene(True)
+    step = run_step(sched)
+    assert step.admitted == [] and list(sched.waiting) == [b]      # 5 blocks needed, 4 free
+    assert sched.num_preemptions == 0
+
+
+def test_first_chunk_admission_lets_a_long_prompt_in_and_it_is_preempted_mid_prefill():
+    sched, bm, a, b = long_prompt_scene(False)
+    step = run_step(sched)
+    assert step.admitted == [b]                                     # its first chunk fits
+    for _ in range(4):
+        run_step(sched)
+    assert b.num_preemptions >= 1 and a.status is Status.RUNNING    # it filled the cache mid-prefill
+
+
+def test_full_isl_counts_cache_hits():
+    bm = BlockManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    sched = Scheduler(bm, max_num_seqs=4)
+    (a,) = seqs(13)
+    sched.add(a)
+    run_step(sched)                                                 # 13 tokens: 4 blocks, 3 cached
+    (b,) = seqs(17, first_id=1)                                     # the same first 12 tokens
+    b.prompt[12:] = [50, 51, 52, 53, 54]
+    sched.add(b)
+    assert bm.num_free_blocks == 2                                  # 5 blocks, 3 of them hits held by a
+    step = run_step(sched)
+    assert b in step.admitted and b.num_cached_tokens == 12
+
+
+@pytest.mark.parametrize("reserve_full_isl", [True, False])
+def test_full_isl_counts_a_preempted_sequences_output(reserve_full_isl):
+    """A preempted sequence's whole known sequence is its prompt and its output so far."""
+    bm = BlockManager(num_blocks=4, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=4, scheduler_reserve_full_isl=reserve_full_isl)
+    (c,) = seqs(7)
+    c.output = [1, 2, 3, 4, 5, 6]                                   # 13 tokens known: 4 blocks
+    c.num_preemptions = 1
+    bm.allocate("other", [9])                                       # 3 blocks free
+    sched.add(c)
+    step = run_step(sched)
+    assert (step.admitted == [c]) is (not reserve_full_isl)
+
+
+def test_reserve_full_isl_must_be_a_bool():
+    with pytest.raises(ValueError, match="scheduler_reserve_full_isl must be True or False"):
+        Scheduler(BlockManager(4, 2), 4, scheduler_reserve_full_isl="yes")
+
+
+# ---- admission="estimated" as SGLang runs it (issue 40, finding 3) -------------------------------
+def estimated_scene(admission):
+    """P (prompt 1), Q (prompt 3), R (prompt 1) admitted together on 8 one-token blocks; each decodes
+    one token a step (this scheduler-only test never retires them). After two steps the cache is full
+    and P, the oldest, asks first: every one of them is a candidate victim."""
+    from pagedlib.engine.scheduler import RETRACT_DECODE_STEPS  # noqa: F401  (the rule's constant)
+    bm = BlockManager(num_blocks=8, block_size=1)
+    sched = Scheduler(bm, max_num_seqs=4, admission=admission)
+    p, q, r = seqs(1, 3, 1)
+    for s in (p, q, r):
+        s.params = Params(1)
+        sched.add(s)
+    assert run_step(sched).admitted == [p, q, r]
+    run_step(sched)
+    assert bm.num_free_blocks == 0
+    return sched, p, q, r
+
+
+def test_estimated_retracts_in_sglangs_order_until_the_survivors_have_room():
+    sched, p, q, r = estimated_scene("estimated")
+    step = run_step(sched)
+    # fewest outputs first (all have 2), then the longest prompt: Q; then more while the free blocks
+    # hold fewer than 20 tokens per survivor, never the last: R too
+    assert step.preempted == [q, r] and sched.running == [p]
+    assert sched.new_token_ratio == 1.0             # (2 decoded + 20 steps for P) / 1 max_new_tokens
+
+
+def test_on_demand_preempts_the_newest_only():
+    sched, p, q, r = estimated_scene("on_demand")
+    step = run_step(sched)
+    assert step.preempted == [r] and sched.running == [p, q]
+
+
+def test_estimated_ratio_decays_every_step_without_a_retraction_to_its_floor():
+    from pagedlib.engine.scheduler import INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY
+    sched = Scheduler(BlockManager(num_blocks=100, block_size=4), max_num_seqs=2, admission="estimated")
+    (a,) = seqs(3)
+    a.params = Params(50)
+    sched.add(a)
+    for k in range(1, 6):
+        run_step(sched)
+        assert sched.new_token_ratio == pytest.approx(INIT_NEW_TOKEN_RATIO - k * NEW_TOKEN_RATIO_DECAY)
+    sched.new_token_ratio = MIN_NEW_TOKEN_RATIO + NEW_TOKEN_RATIO_DECAY / 2
+    run_step(sched)
+    assert sched.new_token_ratio == MIN_NEW_TOKEN_RATIO
+
+
+def test_estimated_admission_waits_for_the_decay():
+    """A newcomer refused while the running sequence is charged 0.7 of its remaining tokens is admitted
+    once the ratio has decayed enough; without the decay it would wait for good."""
+    sched = Scheduler(BlockManager(num_blocks=1100, block_size=1), max_num_seqs=2, admission="estimated")
+    (a, b) = seqs(10, 10)
+    a.params, b.params = Params(1000), Params(400)
+    sched.add(a)
+    assert run_step(sched).admitted == [a]         # charged 10 + 1000 tokens
+    sched.add(b)            # 11 + 0.7 * 999 + 410 > 1100 blocks; 50 steps later 61 + 0.65 * 949 + 410 fits
+    waited = 0
+    while b.status is Status.WAITING and waited < 400:
+        run_step(sched)
+        waited += 1
+    assert b.status is Status.RUNNING and 10 < waited < 100
+
+
+def test_estimated_charges_the_prompt_minus_its_cached_prefix_and_clips_max_new_tokens():
+    bm = BlockManager(num_blocks=300, block_size=16, enable_prefix_caching=True)
+    sched = Scheduler(bm, max_num_seqs=4, admission="estimated")
+    (big,) = seqs(10)
+    big.params = Params(100_000)                    # charged min(100000, 4096) + 10 tokens: 257 blocks
+    assert sched.can_admit(big)
+    (a,) = seqs(33 * 16 + 1)
+    a.params = Params(1)
+    sched.add(a)
+    run_step(sched)                                 # 33 full blocks cached, 34 held
+    (b,) = seqs(33 * 16 + 1, first_id=1)
+    b.params = Params(4096)
+    # cached prefix not charged: 1 + 4096 tokens = 257 blocks; the whole prompt would be 290
+    assert sched.estimated_blocks + 257 <= 300 < sched.estimated_blocks + 290
+    assert sched.can_admit(b)

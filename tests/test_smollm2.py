@@ -212,3 +212,46 @@ def test_stored_real_model_figures_meet_the_targets():
         assert r["identical"] == r["requests"] and peer.passes(r) and r["setup"]["prefix_caching"], r
         assert r["command"].startswith("python -m pagedlib.bench engine --against transformers --models smollm2")
     assert not [r for r in peer.measured() if r["model"] == "smollm2"]     # kept apart from the random ones
+
+
+# ---- text in, text out: chat, stop strings, streaming (issue 40) ---------------------------------
+def hf_generate(hf, prompt: list[int], max_new_tokens: int, **kwargs) -> list[int]:
+    """transformers' greedy generate for one request, with its own stop criteria (``eos_token_id``,
+    ``stop_strings`` with ``tokenizer``)."""
+    ids = torch.tensor([prompt])
+    kwargs.setdefault("eos_token_id", None)
+    with torch.inference_mode():
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                          do_sample=False, pad_token_id=0, **kwargs)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.slow
+def test_chat_and_stop_strings_equal_generate(converted):
+    """``llm.chat`` replies through the chat template and stops at the end of turn as transformers'
+    generate does with that EOS; a stop string ends the reply at the token that completes it (those
+    tokens kept, the text cut before it), as generate's ``stop_strings`` do; a streamed text reply
+    adds up to the same text."""
+    _, hf, tokenizer, _ = converted
+    llm = LLM(pagedlib.from_hf(hf, backend="torch"), num_blocks=32, block_size=16, tokenizer=tokenizer)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[2]}]
+    prompt = smollm2.chat_ids(tokenizer, messages)
+    want = hf_generate(hf, prompt, 40, eos_token_id=tokenizer.eos_token_id)
+    assert want[-1] == tokenizer.eos_token_id and len(want) < 40           # it ended its turn
+    reply = llm.chat(messages, max_new_tokens=40)
+    assert reply == tokenizer.decode(want, skip_special_tokens=True)
+    assert llm.chat([messages, messages], max_new_tokens=40) == [reply, reply]
+
+    text = tokenizer.decode(want, skip_special_tokens=True)
+    stop = text.split()[3]                                                 # a word in the middle
+    want_stopped = hf_generate(hf, prompt, 40, stop_strings=[stop], tokenizer=tokenizer)
+    assert len(want_stopped) < len(want)
+    assert llm.generate([prompt], max_new_tokens=40, stop=[stop], use_tqdm=False) == [want_stopped]
+    prompt_text = tokenizer.decode(prompt)
+    assert tokenizer.encode(prompt_text) == prompt                         # text in: the same prompt
+    cut = llm.generate([prompt_text], max_new_tokens=40, stop=[stop], use_tqdm=False)[0]
+    assert cut == text[:text.index(stop)] and stop not in cut
+
+    pieces = [c.text for out in llm.stream([prompt_text], max_new_tokens=40,
+                                           eos_token_id=tokenizer.eos_token_id) for c in out.outputs]
+    assert "".join(pieces) == text and len(pieces) > 5                     # the reply, piece by piece

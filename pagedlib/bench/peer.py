@@ -83,7 +83,7 @@ def run_pagedlib(llm: LLM, prompts, budgets) -> Run:
     while llm.scheduler.has_unfinished():
         finished = llm.step()
         now = time.perf_counter()
-        for rid in [r for r in waiting_first if llm._requests[r][0].output]:
+        for rid in [r for r in waiting_first if llm._requests[r].samples[0].output]:
             first[rid] = now
             waiting_first.discard(rid)
         for rid in finished:

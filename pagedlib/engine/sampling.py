@@ -6,7 +6,7 @@ Greedy rows (``temperature=0``) are picked together by one ``argmax`` over the s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Tuple
 
 import torch
 
@@ -24,7 +24,10 @@ class SamplingParams:
     smallest set whose probability reaches ``top_p``. ``seed`` makes sampling reproducible: sample
     ``j`` of a request draws from its own generator seeded with ``seed + j`` (``None``: a seed drawn
     from torch's global generator). ``n`` samples share the prompt's blocks. Generation stops after
-    ``max_new_tokens`` tokens, or after ``eos_token_id`` (kept in the output) if one is given.
+    ``max_new_tokens`` tokens, or after ``eos_token_id`` or any of ``stop_token_ids`` (kept in the
+    output), or once the decoded output contains one of the ``stop`` strings (vLLM's fields; ``stop``
+    needs an engine with a tokenizer: the tokens that complete the string are kept, the text returned
+    ends just before it, as vLLM's does).
     """
 
     max_new_tokens: int = 16
@@ -34,8 +37,22 @@ class SamplingParams:
     seed: int | None = None
     n: int = 1
     eos_token_id: int | None = None
+    stop: Tuple[str, ...] = ()
+    stop_token_ids: Tuple[int, ...] = ()
 
     def __post_init__(self):
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        try:
+            stop, stop_ids = tuple(stop), tuple(self.stop_token_ids)
+        except TypeError:
+            raise ValueError(f"stop must be a list of strings and stop_token_ids a list of token ids; got "
+                             f"stop={self.stop!r}, stop_token_ids={self.stop_token_ids!r}") from None
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop must be a list of non-empty strings; got {self.stop!r}")
+        if not all(as_int(t) is not None and t >= 0 for t in stop_ids):
+            raise ValueError(f"stop_token_ids must be a list of token ids (integers >= 0); got {self.stop_token_ids!r}")
+        object.__setattr__(self, "stop", stop)                   # frozen: normalised once, here
+        object.__setattr__(self, "stop_token_ids", stop_ids)
         positive_int("max_new_tokens", self.max_new_tokens)
         positive_int("n (samples per prompt)", self.n)
         checks = [

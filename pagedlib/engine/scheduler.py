@@ -28,18 +28,26 @@ Three orders (``scheduling``):
 
 Admission from ``waiting`` (``admission``), first come, first served: the head of the line is admitted
 while it has a seat (``max_num_seqs``, counting all ``n`` samples of a request from its admission),
-the budget lasts, the policy accepts it and the block manager has blocks for its first chunk (a
-cached prefix is reused). Nobody is admitted in a step that had to preempt, and nobody overtakes a
+the budget lasts, the policy accepts it and the block manager has the blocks (a cached prefix is
+reused). Which blocks: with ``scheduler_reserve_full_isl=True`` (the default, vLLM's
+``SchedulerConfig.scheduler_reserve_full_isl`` since vllm-project/vllm#37307, March 2026) those for
+its whole known sequence (the prompt, and the output so far of a preempted one) must be free, net of
+cache hits, though only its first chunk's are taken; ``False`` asks only for the first chunk's, as
+vLLM v1 did before (a long prompt admitted that way can fill the cache mid-prefill, be preempted and
+come back, over and over). Nobody is admitted in a step that had to preempt, and nobody overtakes a
 request that does not fit. The three policies of production engines:
 
-- ``"on_demand"`` (vLLM): no rule beyond blocks for the first chunk now; preempt when the cache runs out.
+- ``"on_demand"`` (vLLM): no rule beyond those blocks now; preempt when the cache runs out.
 - ``"guaranteed"`` (TensorRT-LLM's ``GUARANTEED_NO_EVICT`` capacity scheduler): admit only if every
   running sequence's prompt + ``max_new_tokens`` blocks and the newcomer's can all be held at once;
   then nobody is ever preempted.
-- ``"estimated"`` (SGLang): charge each running sequence its blocks plus ``new_token_ratio`` of the
-  tokens it may still generate, and the newcomer its whole prompt + ``max_new_tokens``; after a
-  preemption the ratio jumps up (SGLang's ``retract_decode``), otherwise it decays step by step to a
-  floor.
+- ``"estimated"`` (SGLang, as its ``PrefillAdder`` and ``retract_decode`` run it): charge each running
+  sequence its blocks plus ``new_token_ratio`` of the tokens it may still generate (at most 4,096),
+  and the newcomer its prompt minus its cached prefix plus ``min(max_new_tokens, 4096)``. When blocks
+  run out, the victims are taken in SGLang's order (fewest generated tokens first, then the longest
+  prompt), at least one, until the free blocks hold 20 more tokens (``retract_decode_steps``) for each
+  sequence left running; then the ratio jumps to what the survivors used plus those 20 steps, over
+  their maximum; in every step without a retraction it decays by a 600th of its range, to a floor.
 
 A sequence samples a token only in the step that computes its last token. The scheduler only moves
 sequences between ``waiting`` and ``running`` and talks to the block manager; the engine runs the
@@ -62,11 +70,13 @@ SCHEDULING_ORDERS = ("vllm", "decode_first", "prefill_first")
 ADMISSION_POLICIES = ("on_demand", "guaranteed", "estimated")
 
 # SGLang's defaults (python/sglang/global_config.py, server_args.py): the ratio starts at 0.7, decays
-# over 600 steps to 0.7 * 0.14, and a retraction reserves 20 more decode steps for each survivor.
+# over 600 steps to 0.7 * 0.14, and a retraction reserves 20 more decode steps for each survivor;
+# admission charges at most 4096 new tokens per request (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
 
 
 class Status(enum.Enum):
@@ -199,7 +209,8 @@ class Scheduler:
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int | None = None, *, scheduling: str = "vllm",
-                 admission: str = "on_demand", long_prefill_token_threshold: int = 0):
+                 admission: str = "on_demand", long_prefill_token_threshold: int = 0,
+                 scheduler_reserve_full_isl: bool = True):
         if scheduling not in SCHEDULING_ORDERS:
             raise ValueError(f"scheduling must be one of {SCHEDULING_ORDERS}; got {scheduling!r}")
         if admission not in ADMISSION_POLICIES:
@@ -213,6 +224,9 @@ class Scheduler:
         self.scheduling = scheduling
         self.admission = admission
         self.long_prefill_token_threshold = long_prefill_token_threshold
+        if not isinstance(scheduler_reserve_full_isl, bool):
+            raise ValueError(f"scheduler_reserve_full_isl must be True or False; got {scheduler_reserve_full_isl!r}")
+        self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO     # the "estimated" policy's share
         self.waiting: deque[SeqState] = deque()
         self.running: list[SeqState] = []       # in admission order: the newest is last
@@ -280,17 +294,43 @@ class Scheduler:
                 i += 1
                 continue
             decode = self._is_decode(seq)
-            try:
-                step.copies += self.block_manager.allocate_slots(seq.seq_id, seq.num_computed_tokens + n)
-            except OutOfBlocks:
-                victim = next(s for s in reversed(self.running) if id(s) not in scheduled)  # the newest
-                self.preempt(victim)            # not yet scheduled (seq itself, at worst)
-                step.preempted.append(victim)
-                continue                        # retry seq, unless it was the victim
+            copies = self.block_manager.allocate_slots(seq.seq_id, seq.num_computed_tokens + n)
+            if copies is None:                  # out of blocks (vLLM's allocate_slots answers None)
+                for victim in self._victims(scheduled):   # not yet scheduled (seq itself, at worst)
+                    self.preempt(victim)
+                    step.preempted.append(victim)
+                i = 0                           # retry from the start: seq, unless it was a victim
+                continue
+            step.copies += copies
+            scheduled.add(id(seq))
             self._computed(step, seq, n, decode)
             budget -= n
             i += 1
         return budget
+
+    def _victims(self, scheduled: set[int]) -> list[SeqState]:
+        """Whom to preempt when blocks run out, among the running sequences not scheduled in this step.
+        vLLM: the newest. ``"estimated"`` (SGLang's ``retract_decode``): the fewest generated tokens
+        first, then the longest prompt; at least one, then more while the free blocks hold fewer than
+        ``RETRACT_DECODE_STEPS`` tokens for each sequence left running (never the last one)."""
+        candidates = [s for s in self.running if id(s) not in scheduled]
+        if self.admission != "estimated":
+            return candidates[-1:]
+        candidates.sort(key=lambda s: (len(s.output), -len(s.prompt)), reverse=True)   # victims last
+        bm, victims = self.block_manager, [candidates.pop()]
+        freed = self._held(victims[0])
+        left = len(self.running) - 1
+        while candidates and left > 1 and \
+                (bm.num_free_blocks + freed) * bm.block_size < left * RETRACT_DECODE_STEPS:
+            victims.append(candidates.pop())
+            freed += self._held(victims[-1])
+            left -= 1
+        return victims
+
+    def _held(self, seq: SeqState) -> int:
+        """Blocks freeing ``seq`` would give back (those no other sequence holds)."""
+        bm = self.block_manager
+        return sum(1 for b in bm.block_table(seq.seq_id) if bm.ref_count(b) == 1)
 
     def _admit_waiting(self, step: ScheduledStep, budget: float) -> None:
         """Admit from the front of the line while a seat is free, the budget lasts, the policy accepts
@@ -302,8 +342,8 @@ class Scheduler:
                 break
             cap = self._cap(len(seq), budget)
             try:
-                cached = bm.allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap,
-                                     cache_salt=seq.cache_salt)
+                cached = bm.allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap, cache_salt=seq.cache_salt,
+                                     full_sequence_must_fit=self.scheduler_reserve_full_isl)
             except OutOfBlocks:
                 break
             self.waiting.popleft()
@@ -351,7 +391,16 @@ class Scheduler:
         usable = self.block_manager.num_usable_blocks
         if self.admission == "guaranteed":
             return self.reserved_blocks + seq.num_samples * self._blocks_at_most(seq) <= usable
-        return self.estimated_blocks + seq.num_samples * self._blocks_at_most(seq) <= usable
+        return self.estimated_blocks + self._estimated_charge(seq) <= usable
+
+    def _estimated_charge(self, seq: SeqState) -> int:
+        """``estimated``: SGLang's charge for a newcomer (``PrefillAdder.add_one_req``): the tokens it
+        still has to compute (its cached prefix not counted) plus ``min(max_new_tokens, 4096)``, each
+        of its samples."""
+        bm = self.block_manager
+        cached = bm.num_cached_tokens(seq, seq.cache_salt) if bm.enable_prefix_caching else 0
+        new = min(max(seq.max_new_tokens - len(seq.output), 1), CLIP_MAX_NEW_TOKENS)
+        return seq.num_samples * cdiv(len(seq) - cached + new, bm.block_size)
 
     def _blocks_at_most(self, seq: SeqState) -> int:
         """Blocks the sequence holds at its longest: prompt + max_new_tokens."""
@@ -367,8 +416,8 @@ class Scheduler:
         """``estimated``: the running sequences' blocks now plus ``new_token_ratio`` of the tokens
         they may still generate (SGLang's charge)."""
         bs = self.block_manager.block_size
-        return sum(s.num_samples * cdiv(len(s) + math.ceil(self.new_token_ratio * max(
-            0, s.max_new_tokens - len(s.output))), bs) for s in self.running)
+        return sum(s.num_samples * cdiv(len(s) + math.ceil(self.new_token_ratio * min(max(
+            0, s.max_new_tokens - len(s.output)), CLIP_MAX_NEW_TOKENS)), bs) for s in self.running)
 
     def _after_preemption(self) -> None:
         """SGLang's ``retract_decode``: after a retraction, the share of the remaining tokens the
@@ -404,6 +453,15 @@ class Scheduler:
         child.cache_salt = parent.cache_salt
         child.status = Status.RUNNING
         self.running.append(child)
+
+    def abort(self, seq: SeqState) -> None:
+        """Drop a sequence now, running or waiting (its request was aborted): its blocks are freed at
+        once and it never runs again."""
+        if seq.status is Status.RUNNING:
+            self._leave(seq)
+        elif seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        seq.status = Status.FINISHED
 
     def finish(self, seq: SeqState) -> None:
         """A sequence is done: it leaves the batch and its blocks are freed."""

@@ -13,7 +13,7 @@ from . import AllOf, AnyItem, Exercise, Item, LengthNot, Not, NotAnInt
 
 # The chapter's hand-built step: A decodes its token at position 6, B (just admitted) computes the
 # first 5 of its 10 prompt tokens. The tables are what the block manager hands out in the notebook.
-MIXED_STEP = {"block_size": 4, "tables": {"A": [2, 3], "B": [4, 1, 0]},
+MIXED_STEP = {"block_size": 4, "tables": {"A": [2, 3], "B": [1, 0, 4]},
               "positions": {"A": [6], "B": [0, 1, 2, 3, 4]}}
 
 
@@ -42,7 +42,7 @@ mixed_slots = Exercise(
     "ch10.mixed_slots",
     "Block size 4. A has computed 6 tokens and decodes its 7th (position 6) in this step; its block "
     "table is [2, 3]. B was just admitted with a 10-token prompt and computes positions 0 to 4 in this "
-    "step; its block table is [4, 1, 0]. The batch holds A's token first, then B's five. Predict its "
+    "step; its block table is [1, 0, 4]. The batch holds A's token first, then B's five. Predict its "
     "`slot_mapping`: the cache slot of each of the 6 tokens, as a list of ints.",
     _slots(MIXED_STEP),
     mistakes=_SLOT_MISTAKES,
@@ -53,9 +53,9 @@ mixed_slots = Exercise(
            "and where inside that block (position % 4)?",
            "slot = table[pos // 4] * 4 + pos % 4 with A's table for A's token and B's for B's: "
            "A at 6 is table [2, 3] entry 1, offset 2."],
-    wrong=[[6, 0, 1, 2, 3, 4], [14, 16, 17, 18, 19, 20], [15, 16, 17, 18, 19, 4], [14, 16, 17, 18, 19]],
+    wrong=[[6, 0, 1, 2, 3, 4], [14, 4, 5, 6, 7, 8], [15, 4, 5, 6, 7, 0], [14, 4, 5, 6, 7]],
     explanation="Each token's slot is its own sequence's block at position // 4, times 4, plus "
-                "position % 4, so B's fifth token lands in block 1 though its first four are in block 4.",
+                "position % 4, so B's fifth token lands in block 0 though its first four are in block 1.",
 )
 
 

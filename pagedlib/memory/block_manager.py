@@ -19,19 +19,30 @@ Prefix caching (``enable_prefix_caching=True``). Each full block is named by a h
 parent block's hash and its own token ids, so equal hashes mean equal prefixes. :meth:`allocate`
 reuses the longest run of cached full blocks that matches the prompt (checking their token ids too),
 but always leaves the last prompt token to be recomputed, since its logits are needed. A freed block
-keeps its K/V and its hash until the pool needs it back: free blocks with no cached content are
-handed out first, then cached ones, least recently used first (a sequence's tail before its prefix),
-so a later request with the same prefix still hits.
+keeps its K/V and its hash until the pool needs it back. The free blocks wait in vLLM v1's order
+(``BlockPool.free_blocks``): blocks with no cached content first, the most recently freed first (a
+freed sequence's uncached blocks go to the front, its tail block first); then the blocks never used;
+then cached ones, least recently used first (a sequence's tail before its prefix), so a later request
+with the same prefix still hits. :meth:`BlockManager.free_block_ids` lists them in that order.
+
+Duplicates. Two sequences can compute the same block in blocks of their own (chunked prefill: B hits
+A's first chunk and commits the second before A computes it again). As in vLLM (whose
+``BlockHashToBlockMap`` keeps every copy, "so that block tables are append-only"), both copies are
+cached and both serve hits; evicting one keeps the other, and the blocks after either one stay
+reachable.
 
 What a hit must match. A block's name is only an index into the cache: a hit is taken only if the
 cached block's token ids equal the prompt's *and* its parent is the block just matched (each
-registration gets a serial number, and a block records its parent's), so even two prefixes whose
-names collide can never be handed each other's K/V: the whole chain is checked, not only the last
-block. ``cache_salt`` (per sequence, as vLLM's API has) starts the chain from a different root, so
+content gets a serial number when its first copy is registered, every copy carries it, and a block
+records its parent's), so even two prefixes whose names collide can never be handed each other's K/V:
+the whole chain is checked, not only the last block. Blocks whose names collide are all kept, side by
+side, so a collision (or a cached block whose parent was evicted) never stops a later chain from
+being registered. ``cache_salt`` (per sequence, as vLLM's API has) starts the chain from a different root, so
 tenants with different salts never share a block, nor learn from a hit's speed what another tenant
 sent. ``prefix_caching_hash`` picks the name: ``"builtin"`` (the default: Python's ``hash`` of the
 parent's name and the token tuple, the fastest), ``"blake2"`` (:func:`block_hash`, the 128-bit digest
-chapter 7 builds) or ``"sha256"`` (vLLM's default). vLLM needs a strong hash because a hit there is
+chapter 7 builds), ``"sha256"`` (vLLM's default), or any function ``(parent_name, token_ids) -> name``
+(a test passes one that collides). vLLM needs a strong hash because a hit there is
 trusted on its name alone; here a hit is checked, so the name only has to be fast.
 
 When a block enters the cache. Only a *committed* block can be hit. :meth:`commit` registers the
@@ -51,8 +62,9 @@ The null block (``null_block=True``, as the engine builds it, and as vLLM v1's `
 block 0 is never handed out, so a padded block-table entry can name it and a kernel that reads a
 padded entry reads a block nobody owns.
 
-Every operation is O(1) per block: free blocks sit in a deque and an insertion-ordered dict
-(an LRU list with O(1) removal), never scanned.
+Each block is a :class:`Block` record (its id, ref count, and, once cached, its name, tokens, parent
+and serial). Every operation is O(1) per block: free blocks sit in a deque and an insertion-ordered
+dict (an LRU list with O(1) removal), never scanned.
 
 >>> bm = BlockManager(num_blocks=8, block_size=4)
 >>> bm.allocate("a", [1, 2, 3, 4, 5])        # 5 tokens: 2 blocks, nothing cached
@@ -75,7 +87,7 @@ from typing import Callable, Hashable, Sequence
 
 from ..validation import cdiv, positive_int
 
-__all__ = ["BlockManager", "OutOfBlocks", "block_hash", "HASHES", "NULL_BLOCK"]
+__all__ = ["BlockManager", "Block", "OutOfBlocks", "block_hash", "HASHES", "NULL_BLOCK"]
 
 _ROOT = b""  # the parent hash of a sequence's first block (no salt)
 NULL_BLOCK = 0  # the block padding names when ``null_block=True``
@@ -119,16 +131,38 @@ def _builtin_hash(parent_hash, token_ids: Sequence[int]) -> int:
     return hash((parent_hash, tuple(token_ids)))
 
 
-# the names ``prefix_caching_hash`` can pick (a manager looks block_hash up when it is built, so a
-# test can swap in a colliding one)
+# the names ``prefix_caching_hash`` can pick; a function ``(parent_name, token_ids) -> name`` can be
+# passed instead
 HASHES: dict[str, Callable] = {"blake2": block_hash, "sha256": _sha256_hash, "builtin": _builtin_hash}
 
 
+class Block:
+    """One KV block's facts (nano-vllm's ``Block``, vLLM's ``KVCacheBlock``): its id, how many block
+    tables hold it, and, while the prefix cache names it, its ``name``, ``tokens`` (checked on a
+    hit), ``parent`` (the serial of its parent's content, or the salted root) and ``serial`` (the
+    number of its content, shared by every cached copy of it; the next block names it as parent)."""
+    __slots__ = ("block_id", "ref_count", "name", "tokens", "parent", "serial")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the cached content (the block is evicted or its registration undone)."""
+        self.name = self.tokens = self.parent = None
+        self.serial = 0
+
+    def __repr__(self) -> str:
+        cached = f", cached as {self.name!r}" if self.name is not None else ""
+        return f"Block({self.block_id}, ref_count={self.ref_count}{cached})"
+
+
 class _Seq:
-    """A live sequence: its block table, how many token slots it holds, the names of its full blocks
-    known so far (prefix caching only), the key of each committed block (the serial number of its
-    registration, which the next block names as its parent; ``len(keys)`` blocks are committed) and
-    its cache salt. Its token ids live with the caller."""
+    """A live sequence: its block table (block ids), how many token slots it holds, the names of its
+    full blocks known so far (prefix caching only), the serial of each committed block's content
+    (which the next block names as its parent; ``len(keys)`` blocks are committed) and its cache
+    salt. Its token ids live with the caller."""
     __slots__ = ("table", "num_tokens", "hashes", "keys", "salt")
 
     def __init__(self, table: list[int], num_tokens: int, hashes: list, keys: list, salt: Hashable):
@@ -140,38 +174,43 @@ class _Seq:
 
 
 class BlockManager:
-    """Hands out KV blocks to sequences and keeps their block tables (modelled on vLLM's).
+    """Hands out KV blocks to sequences and keeps their block tables (modelled on vLLM v1's
+    ``BlockPool`` and ``KVCacheManager``).
 
     ``num_blocks`` blocks of ``block_size`` tokens (with ``null_block`` block 0 is kept out, so
     ``num_blocks - 1`` can be handed out). With ``enable_prefix_caching`` full blocks are shared
-    between sequences whose prompts start alike, named by ``prefix_caching_hash``. Operations that
-    need blocks raise :class:`OutOfBlocks` when there are too few and then leave everything
-    unchanged. A sequence id that already exists is a ``ValueError``, an unknown one a ``KeyError``.
+    between sequences whose prompts start alike, named by ``prefix_caching_hash`` (a name in
+    :data:`HASHES` or a function). Operations that need blocks raise :class:`OutOfBlocks` when there
+    are too few and then leave everything unchanged, except :meth:`allocate_slots`, which a
+    scheduler calls in its hot loop: it returns ``None`` (as vLLM's does). A sequence id that already
+    exists is a ``ValueError``, an unknown one a ``KeyError``.
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, *,
-                 null_block: bool = False, prefix_caching_hash: str = "builtin"):
+                 null_block: bool = False, prefix_caching_hash: str | Callable = "builtin"):
         self.num_blocks = positive_int("num_blocks", num_blocks)
         self.block_size = positive_int("block_size", block_size)
-        if prefix_caching_hash not in HASHES:
-            raise ValueError(f"prefix_caching_hash must be one of {sorted(HASHES)}; got {prefix_caching_hash!r}")
+        if callable(prefix_caching_hash):
+            self._hash = prefix_caching_hash
+        elif prefix_caching_hash in HASHES:
+            self._hash = HASHES[prefix_caching_hash]
+        else:
+            raise ValueError(f"prefix_caching_hash must be one of {sorted(HASHES)} or a function "
+                             f"(parent_name, token_ids) -> name; got {prefix_caching_hash!r}")
         if null_block and num_blocks < 2:
             raise ValueError(f"num_blocks must be at least 2 with null_block=True (block 0 is never "
                              f"handed out); got {num_blocks}")
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.prefix_caching_hash = prefix_caching_hash
         self.null_block: int | None = NULL_BLOCK if null_block else None
-        self._hash = block_hash if prefix_caching_hash == "blake2" else HASHES[prefix_caching_hash]
-        self._ref = [0] * num_blocks
+        self.blocks = [Block(i) for i in range(num_blocks)]
         first = 1 if null_block else 0
         self._fresh: deque[int] = deque(range(first, num_blocks))   # free, holding nothing worth keeping
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # free, still cached; LRU first
-        self._hash_of: list = [None] * num_blocks                  # name of a block in the cache
-        self._tokens_of: list[tuple | None] = [None] * num_blocks   # its token ids, checked on a hit
-        self._parent_of: list = [None] * num_blocks                # its parent's serial (or salt root)
-        self._serial_of: list[int] = [0] * num_blocks              # its registration's serial number
+        # name -> the Block cached under it, or {block_id: Block} when several are (copies of one
+        # content, or contents whose names collide), oldest first
+        self._cache: dict = {}
         self._serials = itertools.count(1)
-        self._cache: dict = {}                                      # name -> block id
         self._seqs: dict[Hashable, _Seq] = {}
         self.hit_tokens = 0      # prompt tokens served from the prefix cache
         self.query_tokens = 0    # prompt tokens looked up in the prefix cache
@@ -185,18 +224,21 @@ class BlockManager:
 
     # ---- the contract ------------------------------------------------------------------------
     def allocate(self, seq_id: Hashable, token_ids: Sequence[int], commit: bool = True, *,
-                 num_new_tokens: int | None = None, cache_salt: Hashable = None) -> int:
+                 num_new_tokens: int | None = None, cache_salt: Hashable = None,
+                 full_sequence_must_fit: bool = False) -> int:
         """Give a new sequence the blocks for its prompt; return how many leading tokens are cached.
 
         The return value is a multiple of ``block_size`` and at most ``len(token_ids) - 1`` (always 0
         without prefix caching): the caller computes and writes the K/V of ``token_ids[n_cached:]``
         at their slots. ``num_new_tokens`` (default: all the rest) gives slots for only that many
         tokens after the cached ones, as a scheduler that prefills in chunks does (vLLM v1's
-        ``allocate_slots``); :meth:`allocate_slots` grows the table later. ``commit=True`` enters
-        the prompt's full blocks in the prefix cache at once (the caller will write their K/V before
-        any other sequence's attention reads them); a chunking scheduler passes ``commit=False`` and
-        calls :meth:`commit` as each chunk is scheduled. ``cache_salt``: sequences share cached
-        blocks only with sequences of the same salt.
+        ``allocate_slots``); :meth:`allocate_slots` grows the table later. ``full_sequence_must_fit``
+        (vLLM's name, since vllm#37307): refuse unless the blocks for *all* of ``token_ids`` (net of
+        cache hits) are free now, although only those for the first chunk are taken. ``commit=True``
+        enters the prompt's full blocks in the prefix cache at once (the caller will write their K/V
+        before any other sequence's attention reads them); a chunking scheduler passes
+        ``commit=False`` and calls :meth:`commit` as each chunk is scheduled. ``cache_salt``:
+        sequences share cached blocks only with sequences of the same salt.
         """
         if seq_id in self._seqs:
             raise ValueError(f"allocate({seq_id!r}): this sequence already has blocks; free it first "
@@ -208,17 +250,17 @@ class BlockManager:
         n_cached = len(hits) * self.block_size
         slots = n if num_new_tokens is None else min(n, n_cached + max(0, num_new_tokens))
         n_blocks = cdiv(slots, self.block_size)
-        needed = self._blocks_needed(n_blocks, hits)
+        needed = self._blocks_needed(cdiv(n if full_sequence_must_fit else slots, self.block_size), hits)
         if needed > self.num_free_blocks:
+            what = f"all {n} tokens (full_sequence_must_fit)" if full_sequence_must_fit else f"{slots} tokens"
             raise OutOfBlocks(
-                f"allocate({seq_id!r}): {slots} tokens need {needed} free blocks but only "
+                f"allocate({seq_id!r}): {what} need {needed} free blocks but only "
                 f"{self.num_free_blocks} of {self.num_usable_blocks} are free; free or preempt a sequence, "
                 "or make num_blocks larger", needed, self.num_free_blocks)
         for b in hits:
             self._claim(b)
-        table = hits + self._take(n_blocks - len(hits))
-        serial_of = self._serial_of
-        self._seqs[seq_id] = _Seq(table, slots, hashes, [serial_of[b] for b in hits], cache_salt)
+        table = [b.block_id for b in hits] + self._take(n_blocks - len(hits))
+        self._seqs[seq_id] = _Seq(table, slots, hashes, [b.serial for b in hits], cache_salt)
         if self.enable_prefix_caching:
             self.query_tokens += n
             self.hit_tokens += n_cached
@@ -226,8 +268,10 @@ class BlockManager:
             self.commit(seq_id, slots, token_ids)
         return n_cached
 
-    def allocate_slots(self, seq_id: Hashable, num_tokens: int) -> list[tuple[int, int]]:
-        """Grow the sequence to hold ``num_tokens`` token slots; return the block copies to make first.
+    def allocate_slots(self, seq_id: Hashable, num_tokens: int) -> list[tuple[int, int]] | None:
+        """Grow the sequence to hold ``num_tokens`` token slots; return the block copies to make
+        first, or ``None`` if there are not enough free blocks (nothing changed; vLLM's
+        ``allocate_slots`` answers the same way, so a scheduler can preempt and try again).
 
         New blocks are taken as the slots need them. If the first new slot falls in a partly filled
         last block shared with another sequence, the writer moves to a fresh copy and
@@ -238,19 +282,14 @@ class BlockManager:
         if num_tokens <= have:
             return []
         grow = cdiv(num_tokens, bs) - len(seq.table)
-        cow = have % bs != 0 and self._ref[seq.table[-1]] > 1
-        needed = grow + cow
-        if needed > self.num_free_blocks:
-            raise OutOfBlocks(
-                f"allocate_slots({seq_id!r}, {num_tokens}): needs {needed} free blocks but "
-                f"{'only ' + str(self.num_free_blocks) if self.num_free_blocks else 'none'} of "
-                f"{self.num_usable_blocks} are free; free or preempt a sequence, or make num_blocks "
-                "larger", needed, self.num_free_blocks)
+        cow = have % bs != 0 and self.blocks[seq.table[-1]].ref_count > 1
+        if grow + cow > len(self._fresh) + len(self._cached_free):
+            return None
         copies: list[tuple[int, int]] = []
         if cow:                                    # shared, partly filled: copy on write
             src = seq.table[-1]
-            dst = self._take_one()
-            self._ref[src] -= 1
+            dst = self._take(1)[0]
+            self.blocks[src].ref_count -= 1
             seq.table[-1] = dst
             copies.append((src, dst))
             self.num_copies += 1
@@ -263,15 +302,27 @@ class BlockManager:
         """Make room for one more token of a sequence; return the block copies to make first.
 
         ``allocate_slots(seq_id, num_tokens + 1)``: a new block when the last one is full, a copy
-        when it is partly filled and shared. ``token_id`` is not stored (the caller owns the tokens
-        and passes them to :meth:`commit`); it is accepted so that the lessons can say which token.
+        when it is partly filled and shared; :class:`OutOfBlocks` if no block is free. ``token_id``
+        is not stored (the caller owns the tokens and passes them to :meth:`commit`); it is accepted
+        so that the lessons can say which token.
         """
         seq = self._seqs.get(seq_id) or self._seq(seq_id, "append")
         have = seq.num_tokens
         if have % self.block_size == 0:            # last block full (or none): grow by one block
-            seq.table.append(self._take_one(seq_id, "append"))
-        elif self._ref[seq.table[-1]] > 1:         # shared, partly filled: copy on write
-            return self.allocate_slots(seq_id, have + 1)
+            fresh = self._fresh
+            if fresh:                              # usually: an uncached free block
+                b = fresh.popleft()
+                self.blocks[b].ref_count = 1
+                seq.table.append(b)
+            elif self._cached_free:
+                seq.table += self._take(1)
+            else:
+                raise self._out_of_blocks(seq_id, "append")
+        elif self.blocks[seq.table[-1]].ref_count > 1:   # shared, partly filled: copy on write
+            copies = self.allocate_slots(seq_id, have + 1)
+            if copies is None:
+                raise self._out_of_blocks(seq_id, "append")
+            return copies
         seq.num_tokens = have + 1                  # usually: a free slot in its last block
         return []
 
@@ -296,12 +347,12 @@ class BlockManager:
         if len(token_ids) < full * bs:
             raise ValueError(f"commit({seq_id!r}, {num_tokens}): token_ids holds {len(token_ids)} tokens; "
                              f"pass the sequence's tokens (at least the first {full * bs})")
-        hashes, table = seq.hashes, seq.table
+        hashes, table, blocks = seq.hashes, seq.table, self.blocks
         for i in range(len(keys), full):
             block_tokens = tuple(token_ids[i * bs:(i + 1) * bs])
             if i == len(hashes):                   # a block not named yet: name it now that it is full
                 hashes.append(self._hash(hashes[-1] if hashes else self._root(seq.salt), block_tokens))
-            keys.append(self._register(table[i], hashes[i], block_tokens,
+            keys.append(self._register(blocks[table[i]], hashes[i], block_tokens,
                                        keys[-1] if keys else self._root_key(seq.salt)))
 
     def uncommit(self, seq_id: Hashable, num_tokens: int) -> None:
@@ -310,11 +361,9 @@ class BlockManager:
         seq = self._seq(seq_id, "uncommit")
         keep = num_tokens // self.block_size
         for i in range(keep, len(seq.keys)):
-            b = seq.table[i]
-            name = self._hash_of[b]
-            if name is not None and self._cache.get(name) == b:
-                del self._cache[name]
-                self._hash_of[b] = self._tokens_of[b] = self._parent_of[b] = None
+            block = self.blocks[seq.table[i]]
+            if block.name is not None:
+                self._uncache(block)
         del seq.keys[keep:]
 
     def fork(self, parent_id: Hashable, child_id: Hashable) -> None:
@@ -323,17 +372,31 @@ class BlockManager:
         if child_id in self._seqs:
             raise ValueError(f"fork({parent_id!r}, {child_id!r}): child_id already exists; "
                              "fork onto a new id")
+        blocks = self.blocks
         for b in parent.table:
-            self._ref[b] += 1
+            blocks[b].ref_count += 1
         self._seqs[child_id] = _Seq(list(parent.table), parent.num_tokens, list(parent.hashes),
                                     list(parent.keys), parent.salt)
 
     def free(self, seq_id: Hashable) -> None:
-        """Drop a sequence; its blocks no other sequence holds become free (cached ones stay findable)."""
+        """Drop a sequence; its blocks no other sequence holds become free (cached ones stay findable).
+
+        In vLLM's order: its uncached blocks go to the front of the free blocks (reused first, its
+        tail first), its cached ones to the back of the LRU list (its tail evicted before its prefix).
+        """
         seq = self._seq(seq_id, "free")
         del self._seqs[seq_id]
+        blocks, lru, uncached = self.blocks, self._cached_free, []
         for b in reversed(seq.table):              # tail first: the prefix is evicted last
-            self._release(b)
+            block = blocks[b]
+            block.ref_count -= 1
+            if not block.ref_count:
+                if block.name is None:
+                    uncached.append(b)
+                else:
+                    lru[b] = None                  # most recently used end
+        if uncached:
+            self._fresh.extendleft(reversed(uncached))   # the tail block ends up first
 
     def block_table(self, seq_id: Hashable) -> list[int]:
         """The physical block of each logical block of the sequence, in order (a copy)."""
@@ -344,9 +407,25 @@ class BlockManager:
         """Blocks no live sequence references, cached ones included (never the null block)."""
         return len(self._fresh) + len(self._cached_free)
 
+    def free_block_ids(self) -> list[int]:
+        """The free blocks in the order they will be handed out (vLLM's free block queue)."""
+        return list(self._fresh) + list(self._cached_free)
+
     def ref_count(self, block_id: int) -> int:
         """How many live block tables hold ``block_id``."""
-        return self._ref[self._block(block_id)]
+        return self.blocks[self._block(block_id)].ref_count
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (weights changed, or a benchmark starts cold); refused, with
+        ``False``, while a live sequence holds blocks (as vLLM's ``reset_prefix_cache``)."""
+        if self._seqs:
+            return False
+        for b in self._cached_free:
+            self.blocks[b].reset()
+        self._fresh.extend(self._cached_free)
+        self._cached_free.clear()
+        self._cache.clear()
+        return True
 
     # ---- helpers for schedulers and notebooks --------------------------------------------------
     def num_cached_tokens(self, token_ids: Sequence[int], cache_salt: Hashable = None) -> int:
@@ -368,7 +447,7 @@ class BlockManager:
     def can_append(self, seq_id: Hashable) -> bool:
         """True if :meth:`append` on this sequence would succeed now."""
         seq = self._seq(seq_id, "can_append")
-        needs_block = seq.num_tokens % self.block_size == 0 or self._ref[seq.table[-1]] > 1
+        needs_block = seq.num_tokens % self.block_size == 0 or self.blocks[seq.table[-1]].ref_count > 1
         return not needs_block or self.num_free_blocks > 0
 
     def blocks_for(self, seq_id: Hashable, num_tokens: int) -> int:
@@ -376,7 +455,7 @@ class BlockManager:
         seq = self._seq(seq_id, "blocks_for")
         if num_tokens <= seq.num_tokens:
             return 0
-        cow = seq.num_tokens % self.block_size != 0 and self._ref[seq.table[-1]] > 1
+        cow = seq.num_tokens % self.block_size != 0 and self.blocks[seq.table[-1]].ref_count > 1
         return cdiv(num_tokens, self.block_size) - len(seq.table) + cow
 
     def num_tokens(self, seq_id: Hashable) -> int:
@@ -408,12 +487,12 @@ class BlockManager:
 
     @property
     def num_cached_blocks(self) -> int:
-        """Blocks whose content the prefix cache can hand out (live or free)."""
-        return len(self._cache)
+        """Blocks whose content the prefix cache can hand out (live or free), every copy counted."""
+        return sum(1 if isinstance(v, Block) else len(v) for v in self._cache.values())
 
     def is_cached(self, block_id: int) -> bool:
         """True if the prefix cache names this block."""
-        return self._hash_of[self._block(block_id)] is not None
+        return self.blocks[self._block(block_id)].name is not None
 
     def stats(self) -> dict:
         """Counters for the course: blocks used / free / cached, cache hits in tokens, copies, evictions."""
@@ -449,100 +528,118 @@ class BlockManager:
             raise ValueError(f"block_id must be an int in [0, {self.num_blocks}); got {block_id!r}")
         return index
 
+    def _out_of_blocks(self, seq_id: Hashable, op: str) -> OutOfBlocks:
+        return OutOfBlocks(f"{op}({seq_id!r}): needs 1 free block but all {self.num_usable_blocks} are "
+                           "in use; free or preempt a sequence, or make num_blocks larger", 1, 0)
+
     def _root(self, salt: Hashable):
         """The parent name of a sequence's first block: salted per tenant."""
+        builtin = self.prefix_caching_hash == "builtin"
         if salt is None:
-            return _ROOT if self.prefix_caching_hash != "builtin" else 0
-        if self.prefix_caching_hash == "builtin":
-            return hash(("salt", salt))
-        return hashlib.sha256(repr(salt).encode()).digest()
+            return 0 if builtin else _ROOT
+        return hash(("salt", salt)) if builtin else hashlib.sha256(repr(salt).encode()).digest()
 
     @staticmethod
     def _root_key(salt: Hashable) -> tuple:
         """What a first block records as its parent: the salt, so other tenants' chains never match."""
         return ("root", salt)
 
-    def _blocks_needed(self, n_blocks: int, hits: list[int]) -> int:
+    def _blocks_needed(self, n_blocks: int, hits: list[Block]) -> int:
         """Free blocks a prompt of ``n_blocks`` blocks takes: the misses, plus the hits now free."""
-        return n_blocks - len(hits) + sum(1 for b in hits if self._ref[b] == 0)
+        return n_blocks - len(hits) + sum(1 for b in hits if not b.ref_count)
 
-    def _match_prefix(self, tokens: Sequence[int], salt: Hashable) -> tuple[list, list[int]]:
+    def _lookup(self, name, tokens: tuple, parent) -> Block | None:
+        """The first cached block under ``name`` holding exactly ``tokens`` after ``parent``."""
+        found = self._cache.get(name)
+        if found is None:
+            return None
+        if isinstance(found, Block):
+            return found if found.parent == parent and found.tokens == tokens else None
+        for block in found.values():
+            if block.parent == parent and block.tokens == tokens:
+                return block
+        return None
+
+    def _match_prefix(self, tokens: Sequence[int], salt: Hashable) -> tuple[list, list[Block]]:
         """Names of the prompt's leading full blocks up to its first miss (the rest are named when
         committed), and the cached blocks matching its longest prefix. A hit must match its tokens
-        and its parent's registration, not only its name."""
+        and its parent's content, not only its name."""
         if not self.enable_prefix_caching:
             return [], []
         bs, h, cache = self.block_size, self._hash, self._cache
-        tokens_of, parent_of, serial_of = self._tokens_of, self._parent_of, self._serial_of
         hashes, hits, parent, key = [], [], self._root(salt), self._root_key(salt)
         for i in range((len(tokens) - 1) // bs):      # leave the last token to be recomputed
             block = tuple(tokens[i * bs:(i + 1) * bs])
             parent = h(parent, block)
             hashes.append(parent)
-            b = cache.get(parent)
-            if b is None or parent_of[b] != key or tokens_of[b] != block:
+            hit = cache.get(parent)
+            if hit is None:
                 break
-            hits.append(b)
-            key = serial_of[b]
+            if type(hit) is not Block:                # several blocks under this name
+                hit = self._lookup(parent, block, key)
+                if hit is None:
+                    break
+            elif hit.parent != key or hit.tokens != block:
+                break
+            hits.append(hit)
+            key = hit.serial
         return hashes, hits
 
-    def _claim(self, b: int) -> None:
+    def _claim(self, block: Block) -> None:
         """Take a reference to a cached block (moving it out of the free list if it was free)."""
-        if self._ref[b] == 0:
-            del self._cached_free[b]
-        self._ref[b] += 1
+        if not block.ref_count:
+            del self._cached_free[block.block_id]
+        block.ref_count += 1
 
     def _take(self, k: int) -> list[int]:
-        """``k`` free blocks, ref count 1; the caller has checked there are enough."""
-        if len(self._fresh) >= k:
-            popleft = self._fresh.popleft
-            blocks = [popleft() for _ in range(k)]
+        """``k`` free blocks, ref count 1: uncached ones first, then the least recently used cached
+        ones (evicted); the caller has checked there are enough."""
+        fresh, blocks = self._fresh, self.blocks
+        if len(fresh) >= k:
+            popleft = fresh.popleft
+            taken = [popleft() for _ in range(k)]
         else:
-            blocks = [self._pop_free() for _ in range(k)]
-        ref = self._ref
-        for b in blocks:
-            ref[b] = 1
-        return blocks
+            taken = list(fresh)
+            fresh.clear()
+            lru = self._cached_free
+            for _ in range(k - len(taken)):
+                b, _ = lru.popitem(last=False)
+                self._uncache(blocks[b])
+                self.num_evictions += 1
+                taken.append(b)
+        for b in taken:
+            blocks[b].ref_count = 1
+        return taken
 
-    def _take_one(self, seq_id: Hashable = None, op: str = "") -> int:
-        if not self._fresh and not self._cached_free:
-            raise OutOfBlocks(f"{op}({seq_id!r}): needs 1 free block but all {self.num_usable_blocks} are "
-                              "in use; free or preempt a sequence, or make num_blocks larger", 1, 0)
-        b = self._fresh.popleft() if self._fresh else self._pop_free()
-        self._ref[b] = 1
-        return b
+    def _uncache(self, block: Block) -> None:
+        """Take one block out of the prefix cache; other copies of its content stay cached."""
+        name = block.name
+        found = self._cache[name]
+        if found is block:
+            del self._cache[name]
+        else:
+            del found[block.block_id]
+            if len(found) == 1:
+                (self._cache[name],) = found.values()
+        block.reset()
 
-    def _pop_free(self) -> int:
-        """A free block: one holding nothing first, else the least recently used cached one."""
-        if self._fresh:
-            return self._fresh.popleft()
-        b, _ = self._cached_free.popitem(last=False)
-        del self._cache[self._hash_of[b]]
-        self._hash_of[b] = self._tokens_of[b] = self._parent_of[b] = None
-        self.num_evictions += 1
-        return b
-
-    def _release(self, b: int) -> None:
-        self._ref[b] -= 1
-        if self._ref[b] == 0:
-            if self._hash_of[b] is not None:
-                self._cached_free[b] = None        # most recently used end
-            else:
-                self._fresh.append(b)
-
-    def _register(self, b: int, name, tokens: tuple, parent_key) -> object:
-        """Enter a full block in the prefix cache, unless a block with the same content already is;
-        return the key its child must name as parent (None: the chain is broken by a collision,
-        so nothing after it is registered)."""
-        if parent_key is None:
-            return None
-        other = self._cache.get(name)
-        if other is None:
-            serial = next(self._serials)
-            self._cache[name] = b
-            self._hash_of[b], self._tokens_of[b], self._parent_of[b] = name, tokens, parent_key
-            self._serial_of[b] = serial
-            return serial
-        if self._tokens_of[other] == tokens and self._parent_of[other] == parent_key:
-            return self._serial_of[other]           # the same content, cached in another block
-        return None                                  # a different block under the same name
+    def _register(self, block: Block, name, tokens: tuple, parent) -> int:
+        """Enter a full block in the prefix cache under ``name``; return the serial of its content,
+        which its child names as parent. A copy of content already cached takes that content's
+        serial; every copy is kept (vLLM does not de-duplicate either), and so are blocks whose names
+        collide."""
+        if block.name is not None:                  # a hit being committed again: nothing new
+            return block.serial
+        block.name, block.tokens, block.parent = name, tokens, parent
+        found = self._cache.get(name)
+        if found is None:                           # usually: a name not cached yet
+            block.serial = next(self._serials)
+            self._cache[name] = block
+            return block.serial
+        twin = self._lookup(name, tokens, parent)
+        block.serial = twin.serial if twin is not None else next(self._serials)
+        if isinstance(found, Block):
+            self._cache[name] = {found.block_id: found, block.block_id: block}
+        else:
+            found[block.block_id] = block
+        return block.serial
