@@ -117,25 +117,26 @@ oracle_reservation = sum(_OUTPUT - t for t in range(_OUTPUT)) / _OUTPUT / (_PROM
 _ORACLE_MISTAKES = [
     (_OUTPUT / (_PROMPT + _OUTPUT), "that is the share at the first step only; it shrinks as the request "
                                     "writes: average it."),
-    (0.5, "half of the OUTPUT is still to come on average; divide by the whole reservation instead."),
+    (0.5, "half of the OUTPUT is still to come on average; divide by all 400 slots it holds instead."),
     (0, "Oracle has no internal fragmentation, but until the last token is written part of its exact "
-        "reservation is still empty."),
+        "range is still empty: reservation."),
     (Above(1), "give a fraction between 0 and 1, not a percentage."),
 ]
 
 oracle_reservation = Exercise(
     "ch03.oracle_reservation",
-    "An allocator that knows the future (Orca Oracle) reserves exactly 400 slots for a request with a "
+    "An allocator that knows the future (Orca Oracle) sets aside exactly 400 slots for a request with a "
     "100-token prompt that will write 300 tokens. Averaged over its 300 decode steps, what fraction of "
-    "its reservation holds no K/V yet? (a fraction, two decimals are enough)",
+    "those 400 slots is reservation: empty, waiting for a token the request will still write? (a "
+    "fraction, two decimals are enough)",
     oracle_reservation,
     tolerance=0.005,
     mistakes=_ORACLE_MISTAKES,
-    hints=["At each step the reservation is the full 400 slots, but only the prompt and the tokens "
-           "written so far hold K/V.",
+    hints=["At each step the request holds all 400 slots, but only the prompt and the tokens "
+           "written so far hold K/V; the rest is reservation.",
            "After t output tokens, 300 - t slots are still empty; average that over t = 0 .. 299.",
            "sum(300 - t for t in range(300)) / 300 / 400"],
     wrong=[0.75, 0.5, 0],
-    explanation="The reservation is held from the first step, but filled only at the last: on "
-                "average about half the output's slots sit empty.",
+    explanation="The range is held from the first step, but filled only at the last: on average "
+                "about half the output's slots are reservation, empty.",
 )
