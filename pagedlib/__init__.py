@@ -73,6 +73,7 @@ _EXPORTS = {
     "BlockManager": "memory.block_manager", "OutOfBlocks": "memory.block_manager",
     # attention
     "paged_attention_ref": "attention.reference", "paged_prefill_ref": "attention.reference",
+    "paged_attention_by_page": "attention.page_by_page",
     "paged_attention": "attention.triton_backend", "paged_prefill": "attention.triton_backend",
     "write_kv": "attention.triton_backend", "paged_attention_varlen": "attention.triton_backend",
     "PagedBatch": "attention.metadata",

@@ -48,7 +48,7 @@ def draw():
     bottom.set_xlabel(f"token slots (right: used / allocated); a pool of {POOL:,} slots")
     fig.legend(handles=[Patch(color=COLORS["kv"], label="K/V of real tokens"),
                         Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
-                              label="reserved, never used"),
+                              label="internal fragmentation (never written)"),
                         Patch(color=COLORS["tail"], label="unused tail of a page"),
                         Patch(facecolor=COLORS["free"], edgecolor="#d0d0d0", label="free for others")],
                loc="outside lower center", ncol=2, fontsize=10, frameon=False)

@@ -5,6 +5,8 @@ a model can run on (one interface: ``write_kv``, ``decode``, ``prefill``).
 module               idea                                                    chapters
 ===================  ======================================================  =========
 ``reference``        attention through a page table, one sequence at a time  5
+``page_by_page``     the same attention read page by page, with an online        5, 8
+                     softmax: the loop the kernels start from
 ``checks``           the input checks shared by the references and kernels   5, 8
 ``metadata``         ``PagedBatch``: one forward pass's tokens, slots and    10
                      tables (the engine builds it)
@@ -17,5 +19,5 @@ module               idea                                                    cha
 """
 from ..lazy import lazy_submodules
 
-__getattr__, __dir__ = lazy_submodules(__name__, ("reference", "checks", "metadata", "torch_backend",
+__getattr__, __dir__ = lazy_submodules(__name__, ("reference", "page_by_page", "checks", "metadata", "torch_backend",
                                                   "triton_backend", "kernels"))

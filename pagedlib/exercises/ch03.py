@@ -117,25 +117,58 @@ oracle_reservation = sum(_OUTPUT - t for t in range(_OUTPUT)) / _OUTPUT / (_PROM
 _ORACLE_MISTAKES = [
     (_OUTPUT / (_PROMPT + _OUTPUT), "that is the share at the first step only; it shrinks as the request "
                                     "writes: average it."),
-    (0.5, "half of the OUTPUT is still to come on average; divide by the whole reservation instead."),
+    (0.5, "half of the OUTPUT is still to come on average; divide by all 400 slots it holds instead."),
     (0, "Oracle has no internal fragmentation, but until the last token is written part of its exact "
-        "reservation is still empty."),
+        "range is still empty: reservation."),
     (Above(1), "give a fraction between 0 and 1, not a percentage."),
 ]
 
 oracle_reservation = Exercise(
     "ch03.oracle_reservation",
-    "An allocator that knows the future (Orca Oracle) reserves exactly 400 slots for a request with a "
+    "An allocator that knows the future (Orca Oracle) sets aside exactly 400 slots for a request with a "
     "100-token prompt that will write 300 tokens. Averaged over its 300 decode steps, what fraction of "
-    "its reservation holds no K/V yet? (a fraction, two decimals are enough)",
+    "those 400 slots is reservation: empty, waiting for a token the request will still write? (a "
+    "fraction, two decimals are enough)",
     oracle_reservation,
     tolerance=0.005,
     mistakes=_ORACLE_MISTAKES,
-    hints=["At each step the reservation is the full 400 slots, but only the prompt and the tokens "
-           "written so far hold K/V.",
+    hints=["At each step the request holds all 400 slots, but only the prompt and the tokens "
+           "written so far hold K/V; the rest is reservation.",
            "After t output tokens, 300 - t slots are still empty; average that over t = 0 .. 299.",
            "sum(300 - t for t in range(300)) / 300 / 400"],
     wrong=[0.75, 0.5, 0],
-    explanation="The reservation is held from the first step, but filled only at the last: on "
-                "average about half the output's slots sit empty.",
+    explanation="The range is held from the first step, but filled only at the last: on average "
+                "about half the output's slots are reservation, empty.",
+)
+
+
+# Predict: Orca (Pow2) on a buddy allocator, the same request (100-token prompt, 300 output tokens).
+def _pow2_buddy_block() -> tuple[int, int]:
+    from ..sim import next_pow2, reservation_size
+    size = reservation_size("pow2", _PROMPT, _OUTPUT, 2048)   # the prompt + the output rounded up
+    return size, next_pow2(size)                              # the buddy rounds the range up too
+
+
+pow2_buddy_block = Exercise(
+    "ch03.pow2_buddy_block",
+    "Orca (Pow2) sets aside the prompt plus the output length rounded up to a power of two; its buddy "
+    "allocator then hands out the smallest power-of-two block that holds that range. For a 100-token "
+    "prompt and a 300-token output (maximum length 2,048): answer `(range, block)` in slots.",
+    _pow2_buddy_block(),
+    mistakes=[((_OUTPUT + _PROMPT, 512), "That is Oracle's range: Pow2 rounds the output up to a power "
+                                          "of two first."),
+              ((512, 512), "The prompt's slots come on top of the rounded output."),
+              ((512, 1024), "The range holds the prompt too: 100 plus the rounded output."),
+              ((612, 612), "The buddy allocator only hands out blocks of a power-of-two size: round the "
+                           "range up once more.")],
+    hints=["Two roundings happen one after the other: the policy rounds the output, then the allocator "
+           "rounds the whole range.",
+           "Range = 100 + (300 rounded up to a power of two); block = that range rounded up to a power "
+           "of two.",
+           "100 + 512 = 612 slots; the smallest power of two at least 612 is 1,024."],
+    wrong=[(612, 612), (400, 512), (512, 1024)],   # each one named in mistakes
+    why="612 slots set aside, 1,024 taken: 624 of them will never hold a token.",
+    explanation="The request writes 400 slots of a 1,024-slot block: 212 are internal fragmentation "
+                "(Pow2's over-reservation) and 412 the buddy's rounding, which the paper's Figure 2 "
+                "counts with external fragmentation.",
 )

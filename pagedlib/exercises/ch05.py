@@ -1,9 +1,11 @@
-"""Chapter 5 exercises: slots, gathering K/V through a block table, FlashInfer's CSR page table, vLLM's
-legacy cache layout.
+"""Chapter 5 exercises: slots, gathering K/V through a block table, merging two pages' partial softmax,
+FlashInfer's CSR page table, vLLM's legacy cache layout.
 
 Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
 to the Exercise built from it, so a notebook calls ``ex.slot_of.check(...)``.
 """
+import math
+
 import torch
 
 from . import AnyItem, Exercise, Item, LengthNot, Not, default_compare
@@ -212,6 +214,77 @@ predict_csr = Exercise(
     wrong=[([0, 2, 4, 7, 8], [0, 1, 0, 1]), ([2, 4, 7, 8], [4, 1, 4, 1]), ([0, 8, 13, 25, 26], [4, 1, 4, 1])],
     explanation="Pages 2, 2, 3, 1 give indptr 0, 2, 4, 7, 8; the 8- and 12-token sequences end on full "
                 "pages, so their last_page_len is 4.",
+)
+
+
+# ---- attention page by page -----------------------------------------------------------------------
+
+def merge_partials(a: tuple, b: tuple) -> tuple:
+    """Two pages' partial softmax ``(m, l, acc)`` (one head, values of one number) merged into one."""
+    m_a, l_a, acc_a = a
+    m_b, l_b, acc_b = b
+    m = max(m_a, m_b)
+    alpha, beta = math.exp(m_a - m), math.exp(m_b - m)     # move both sums onto the larger max
+    return m, l_a * alpha + l_b * beta, acc_a * alpha + acc_b * beta
+
+
+def _partial(scores: list[float], values: list[float]) -> tuple[float, float, float]:
+    m = max(scores)
+    weights = [math.exp(s - m) for s in scores]
+    return m, sum(weights), sum(w * v for w, v in zip(weights, values))
+
+
+_MERGE_CASES = [
+    (_partial([1.0, 2.0], [3.0, -1.0]), _partial([0.5, 4.0], [2.0, 5.0])),    # b brings the larger max
+    (_partial([6.0, -2.0, 1.0], [1.0, 0.0, 2.0]), _partial([3.0], [7.0])),     # a holds it
+    (_partial([2.5, 2.5], [1.0, 3.0]), _partial([2.5, 1.0], [-4.0, 0.5])),     # equal maxima
+    (_partial([-30.0, -31.0], [2.0, 1.0]), _partial([12.0, 10.0], [0.5, 9.0])),  # far apart
+    ((float("-inf"), 0.0, 0.0), _partial([0.3, 0.7], [1.0, 2.0])),             # a: no token yet
+]
+
+
+def _diagnose_merge(got, want, args) -> str | None:
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = args
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return "Return three numbers: (m, l, acc)."
+    if not math.isclose(got[0], want[0]):
+        return "The merged max m is the larger of the two pages' maxima."
+    if math.isclose(got[1], l_a + l_b) and not math.isclose(l_a + l_b, want[1]):
+        return ("Each page's l was summed against its own max: multiply each by exp(its max - "
+                "the new max) before adding.")
+    if math.isclose(got[1], want[1]) and not math.isclose(got[2], want[2]):
+        return "The sum l is right; acc needs the same rescale factors as l."
+    return None
+
+
+merge_partials = Exercise(
+    "ch05.merge_partials",
+    "Two pages of one sequence, each already reduced to its partial softmax `(m, l, acc)`: m the "
+    "page's largest score, l the sum of exp(score - m), acc the sum of exp(score - m) * value (values "
+    "of one number). Return the partial `(m, l, acc)` of both pages together, so that acc / l is the "
+    "softmax average over all their tokens.",
+    merge_partials,
+    cases=_MERGE_CASES,
+    diagnose=_diagnose_merge,
+    hints=["Both sums are taken against a max. Sums against different maxima cannot be added: first "
+           "move each onto the same max, the larger one, so that no exp() overflows.",
+           "A sum of exp(s - m_a), multiplied by exp(m_a - m), is the sum of exp(s - m): the same "
+           "tokens against the new max m. Do that to both pages' l and acc, then add.",
+           "`m = max(m_a, m_b)`, `alpha = exp(m_a - m)`, `beta = exp(m_b - m)`, then "
+           "`(m, l_a * alpha + l_b * beta, acc_a * alpha + acc_b * beta)`."],
+    wrong=[lambda a, b: (max(a[0], b[0]), a[1] + b[1], a[2] + b[2])],
+    mistakes=[(lambda a, b: (max(a[0], b[0]),
+                             a[1] * math.exp(max(a[0], b[0]) - a[0]) + b[1] * math.exp(max(a[0], b[0]) - b[0]),
+                             a[2] * math.exp(max(a[0], b[0]) - a[0]) + b[2] * math.exp(max(a[0], b[0]) - b[0])),
+               "The rescale factor is exp(old max - new max), at most 1: the sums shrink when the max "
+               "grows."),
+              (lambda a, b: (max(a[0], b[0]), a[1] + b[1], a[2] + b[2]),
+               "Each page's sums were taken against its own max: multiply each by exp(its max - the "
+               "new max) before adding.")],
+    why="Both pages' sums now stand against one max, so acc / l is the softmax over all their tokens.",
+    explanation="A sum of exp(s - m_a) times exp(m_a - m) is the same sum of exp(s - m): rescaling moves "
+                "each page's sums onto the common max. The kernel of chapter 8 does this after every "
+                "tile, and its split-K version merges splits exactly so.",
 )
 
 

@@ -58,28 +58,29 @@ def plot_page_mapping(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], 
             if not 0 <= block < num_blocks:
                 raise ValueError(f"tables[{s}][{p}] = {block} is not a block of a pool of {num_blocks}")
             owner[block] = (s, p, min(block_size, n - p * block_size))
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.0 * len(tables) + 2.4), layout="constrained")
-    step = 1.25
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.2 * len(tables) + 2.6), layout="constrained")
+    step, row = 1.25, 1.6          # a page is 1 wide; labels stand on two lines so they never touch
     for s, (table, n) in enumerate(zip(tables, seq_lens)):           # logical pages, one row each
-        y = 2.2 + (len(tables) - 1 - s) * 1.25
+        y = 2.6 + (len(tables) - 1 - s) * row
         colour = _SEQ_COLOURS[s % len(_SEQ_COLOURS)]
         ax.text(-0.2, y + 0.35, f"seq {s} ({n} tokens)", ha="right", va="center", fontsize=FONT)
         for p, block in enumerate(table):
             _page(ax, p * step, y, min(block_size, n - p * block_size), block_size, colour)
-            ax.text(p * step + 0.5, y + 0.75, f"p{p} → {block}", ha="center", va="bottom",
-                    fontsize=FONT)
+            ax.text(p * step + 0.5, y + 0.75, f"p{p}\n→{block}", ha="center", va="bottom",
+                    fontsize=FONT, linespacing=1.0)
     for b in range(num_blocks):                                       # the pool
         x = b * step
         if b in owner:
             s, p, filled = owner[b]
             _page(ax, x, 0, filled, block_size, _SEQ_COLOURS[s % len(_SEQ_COLOURS)])
-            ax.text(x + 0.5, 0.75, f"s{s} p{p}", ha="center", va="bottom", fontsize=FONT)
+            ax.text(x + 0.5, 0.75, f"s{s}\np{p}", ha="center", va="bottom", fontsize=FONT,
+                    linespacing=1.0)
         else:
             ax.add_patch(Rectangle((x, 0), 1, 0.7, facecolor=COLORS["free"], edgecolor="black"))
         ax.text(x + 0.5, -0.15, str(b), ha="center", va="top", fontsize=FONT)
     ax.text(-0.2, 0.35, "pool", ha="right", va="center", fontsize=FONT)
     ax.set_xlim(-2.6, max(num_blocks, 4) * step)
-    ax.set_ylim(-0.8, 2.2 + len(tables) * 1.25 + 0.1)
+    ax.set_ylim(-0.8, 2.6 + len(tables) * row + 0.1)
     _bare(ax)
     ax.set_xlabel("pool: physical block id (label: the sequence and logical page it holds)",
                   fontsize=FONT)
@@ -137,15 +138,17 @@ def plot_padded_vs_csr(tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
             ax.text(x + 0.475, y + 0.35, str(block), ha="center", va="center", fontsize=FONT,
                     color="white", fontweight="bold")
         ax.plot([indptr[s] + 0.02, indptr[s + 1] - 0.07], [y - 0.12] * 2, color=colour, lw=3)
-        ax.text((indptr[s] + indptr[s + 1]) / 2, y - 0.22, f"last_page_len {last[s]}",
-                ha="center", va="top", fontsize=FONT)
+        ax.text((indptr[s] + indptr[s + 1]) / 2, y - 0.22, str(last[s]),   # one number per
+                ha="center", va="top", fontsize=FONT, gid="last_page_len")  # sequence: fits a page
+
     for offset in indptr:
         ax.text(offset - 0.025, y + 0.8, str(offset), ha="center", va="bottom", fontsize=FONT,
                 fontweight="bold")
     ax.text(-0.2, y + 0.35, "indices", ha="right", va="center", fontsize=FONT)
     ax.text(-0.2, y + 0.95, "indptr", ha="right", va="center", fontsize=FONT)
+    ax.text(-0.2, y - 0.22, "last_page_len", ha="right", va="top", fontsize=FONT)
     ax.set_xlim(-2.8, max(indptr[-1], max_blocks) + 0.3)
-    ax.set_ylim(-0.5, top + len(tables) * 0.8 + 0.5)
+    ax.set_ylim(-0.6, top + len(tables) * 0.8 + 0.5)
     _bare(ax)
     n_pad = len(tables) * max_blocks - indptr[-1]
     ax.set_title(f"The same tables: padded ({n_pad} padding entries) or CSR (none)",
