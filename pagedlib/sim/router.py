@@ -37,6 +37,7 @@ from ..engine.sampling import SamplingParams
 from ..engine.scheduler import Scheduler, SeqState
 from ..memory.block_manager import BlockManager
 from ..validation import positive_int
+from .tiers import CpuTier
 from .timing import OPT13B_A100, StepTime
 
 __all__ = ["ChatWorkload", "Turn", "Replica", "Cluster", "RouterResult", "POLICIES", "route",
@@ -116,6 +117,7 @@ class _Request:
     first_token_s: float = -1.0
     finish_s: float = -1.0
     hit_tokens: int = -1             # tokens found cached at its first admission
+    tier_tokens: int = 0             # tokens copied back from the CPU tier then
 
 
 class Replica:
@@ -124,9 +126,13 @@ class Replica:
     ``clock`` is when it is free to start its next step."""
 
     def __init__(self, index: int, kv_slots: int, block_size: int, step_time: StepTime,
-                 max_len: int):
+                 max_len: int, cpu_blocks: int = 0, copy_s_per_token: float = 0.0):
         self.index, self.step_time, self.max_len = index, step_time, max_len
         self.block_manager = BlockManager(kv_slots // block_size, block_size, enable_prefix_caching=True)
+        # a second tier (chapter 13): evicted blocks go to CPU memory and are copied back on a hit
+        self.cpu_tier = CpuTier(cpu_blocks).attach(self.block_manager) if cpu_blocks else None
+        self.copy_s_per_token = copy_s_per_token
+        self.loaded_tokens = 0                       # tokens copied back from the CPU tier
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=1 << 30)
         self.clock = 0.0
         self.busy_s = 0.0
@@ -160,13 +166,18 @@ class Replica:
         if not plan.seqs:
             raise RuntimeError("the scheduler ran nobody although requests wait; every request was "
                                "checked to fit an empty pool, so this is a bug")
+        loaded = 0
         for seq in plan.admitted:
             req = self._requests[seq.seq_id]
+            tier = self._load_from_tier(seq) if self.cpu_tier is not None else 0
+            loaded += tier
             if req.hit_tokens < 0:
-                req.hit_tokens = seq.num_cached_tokens
+                req.hit_tokens, req.tier_tokens = seq.num_cached_tokens, tier
         kv_read = sum(s.num_computed_tokens for s in plan.seqs)
-        prefill = sum(plan.prefill_chunks)
-        seconds = self.step_time(kv_read, prefill)
+        prefill = sum(plan.prefill_chunks) - loaded
+        # copies back are counted as if they ran before the step (a real engine overlaps them)
+        seconds = self.step_time(kv_read, prefill) + loaded * self.copy_s_per_token
+        self.loaded_tokens += loaded
         self.clock += seconds
         self.busy_s += seconds
         self.prefill_tokens += prefill
@@ -183,6 +194,17 @@ class Replica:
                     req.finish_s = self.clock
                     finished.append(self._requests.pop(seq.seq_id))
         return finished
+
+    def _load_from_tier(self, seq: SeqState) -> int:
+        """Tokens of a just-admitted sequence's first chunk that the CPU tier holds past its GPU hit
+        (whole blocks in a row): they are copied back, not prefilled (the scheduler counts them as
+        computed in this step, and they enter the GPU's prefix cache as any computed block)."""
+        bs = self.block_manager.block_size
+        tokens = seq.tokens
+        names = self.block_manager.block_names(tokens[:seq.num_computed_tokens], seq.cache_salt)
+        # leave the last token to be computed (its logits are needed), as the prefix cache does
+        last = min(len(names), (len(tokens) - 1) // bs)
+        return bs * self.cpu_tier.match(names, tokens, seq.num_cached_tokens // bs, last, bs)
 
 
 Policy = Callable[["_Request", Sequence[Replica], int], int]
@@ -211,17 +233,24 @@ class RouterResult:
     num_replicas: int
     ttft_s: np.ndarray                 # per request
     prompt_tokens: np.ndarray          # per request
-    hit_tokens: np.ndarray             # per request: found cached at its first admission
+    hit_tokens: np.ndarray             # per request: found cached on the GPU at its first admission
+    tier_tokens: np.ndarray            # per request: copied back from the CPU tier then
     replica: np.ndarray                # per request: where it went
     generated: int
     makespan_s: float
     prefill_tokens: int                # prompt tokens actually computed (recomputes included)
+    loaded_tokens: int = 0             # tokens copied back from CPU tiers (resumes included)
     busy_s: list[float] = field(default_factory=list)   # per replica
 
     @property
     def hit_rate(self) -> float:
-        """Share of prompt tokens found in a prefix cache."""
+        """Share of prompt tokens found in a GPU prefix cache."""
         return float(self.hit_tokens.sum() / self.prompt_tokens.sum())
+
+    @property
+    def tier_hit_rate(self) -> float:
+        """Share of prompt tokens copied back from a CPU tier."""
+        return float(self.tier_tokens.sum() / self.prompt_tokens.sum())
 
     @property
     def throughput(self) -> float:
@@ -237,13 +266,18 @@ class RouterResult:
 
 
 class Cluster:
-    """``num_replicas`` replicas of ``kv_slots`` slots each behind a router (see the module docstring)."""
+    """``num_replicas`` replicas of ``kv_slots`` slots each behind a router (see the module docstring).
+
+    ``cpu_blocks`` > 0 gives each replica a second tier of that many blocks in CPU memory
+    (:mod:`pagedlib.sim.tiers`); a token copied back costs ``copy_s_per_token`` seconds."""
 
     def __init__(self, num_replicas: int, kv_slots: int, *, block_size: int = 16,
-                 step_time: StepTime = OPT13B_A100, max_len: int = 8192):
+                 step_time: StepTime = OPT13B_A100, max_len: int = 8192, cpu_blocks: int = 0,
+                 copy_s_per_token: float = 0.0):
         positive_int("num_replicas", num_replicas, "replicas")
         positive_int("kv_slots", kv_slots, "slots")
-        self.replicas = [Replica(i, kv_slots, block_size, step_time, max_len) for i in range(num_replicas)]
+        self.replicas = [Replica(i, kv_slots, block_size, step_time, max_len, cpu_blocks, copy_s_per_token)
+                         for i in range(num_replicas)]
 
     def run(self, workload: ChatWorkload, policy: str | Policy, load_cost: int = 256) -> RouterResult:
         """Serve every turn of every chat; ``policy`` is a name of :data:`POLICIES` or a function
@@ -286,10 +320,12 @@ class Cluster:
             ttft_s=np.array([r.first_token_s - r.arrival_s for r in done]),
             prompt_tokens=np.array([len(r.seq.prompt) for r in done], dtype=np.int64),
             hit_tokens=np.array([r.hit_tokens for r in done], dtype=np.int64),
+            tier_tokens=np.array([r.tier_tokens for r in done], dtype=np.int64),
             replica=np.array([r.replica for r in done], dtype=np.int64),
             generated=sum(len(r.reply) for r in done),
             makespan_s=max((r.finish_s for r in done), default=first) - first,
             prefill_tokens=sum(r.prefill_tokens for r in self.replicas),
+            loaded_tokens=sum(r.loaded_tokens for r in self.replicas),
             busy_s=[r.busy_s for r in self.replicas])
 
 
