@@ -36,9 +36,9 @@ transfer_bytes = Exercise(
            "One token: 2 (K and V) x 32 layers x 8 K/V heads x 128 elements x 2 bytes.",
            f"2 * 32 * 8 * 128 * 2 * {PROMPT_TOKENS}"],
     wrong=[_transfer_bytes() // 2, _transfer_bytes() * 4, 0],
-    explanation="128 KiB per token times 4,096 tokens is 512 MiB per request, a fifth of "
-                "a second, which is why disaggregated engines move K/V over RDMA or NVLink, layer by "
-                "layer while the prefill goes on.",
+    explanation="128 KiB per token times 4,096 tokens is 512 MiB per request, a fifth of a second "
+                "over a 25 GB/s link: why disaggregated engines move K/V over the fastest link they "
+                "have (RDMA, NVLink).",
 )
 
 
