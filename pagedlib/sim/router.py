@@ -40,11 +40,12 @@ from ..validation import positive_int
 from .tiers import CpuTier
 from .timing import OPT13B_A100, StepTime
 
-__all__ = ["ChatWorkload", "Turn", "Replica", "Cluster", "RouterResult", "POLICIES", "route",
+__all__ = ["ChatWorkload", "Turn", "Replica", "Cluster", "RouterResult", "POLICIES", "LOAD_COST", "route",
            "serve_chats"]
 
 POLICIES = ("round_robin", "least_loaded", "prefix_aware")
 VOCAB = 32_000          # token ids are drawn in [1, VOCAB): only their equality matters
+LOAD_COST = 256         # tokens of prefill one unfinished request is worth to "prefix_aware"
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ Policy = Callable[["_Request", Sequence[Replica], int], int]
 
 
 def route(policy: str, prompt: Sequence[int], replicas: Sequence[Replica], count: int,
-          load_cost: int = 256) -> int:
+          load_cost: int = LOAD_COST) -> int:
     """The replica ``policy`` sends ``prompt`` to (the ``count``-th request routed so far)."""
     if policy == "round_robin":
         return count % len(replicas)
@@ -279,7 +280,7 @@ class Cluster:
         self.replicas = [Replica(i, kv_slots, block_size, step_time, max_len, cpu_blocks, copy_s_per_token)
                          for i in range(num_replicas)]
 
-    def run(self, workload: ChatWorkload, policy: str | Policy, load_cost: int = 256) -> RouterResult:
+    def run(self, workload: ChatWorkload, policy: str | Policy, load_cost: int = LOAD_COST) -> RouterResult:
         """Serve every turn of every chat; ``policy`` is a name of :data:`POLICIES` or a function
         ``(request, replicas, count) -> replica index`` (the tests route at random with one)."""
         if isinstance(policy, str) and policy not in POLICIES:
@@ -332,5 +333,5 @@ class Cluster:
 def serve_chats(workload: ChatWorkload, policy: str | Policy, num_replicas: int = 4,
                 kv_slots: int = 16_384, **kwargs) -> RouterResult:
     """Serve ``workload`` on a fresh :class:`Cluster` under ``policy``; see the module docstring."""
-    load_cost = kwargs.pop("load_cost", 256)
+    load_cost = kwargs.pop("load_cost", LOAD_COST)
     return Cluster(num_replicas, kv_slots, **kwargs).run(workload, policy, load_cost)
