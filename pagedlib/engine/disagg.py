@@ -32,7 +32,7 @@ import torch
 
 from .sampling import SamplingParams
 
-__all__ = ["KVTransfer", "prefill", "receive", "generate_disaggregated", "LAYOUT"]
+__all__ = ["KVTransfer", "prefill", "receive", "generate_disaggregated", "write_cached_blocks", "LAYOUT"]
 
 LAYOUT = "per layer, K and V: [num_blocks, block_size, num_kv_heads, head_dim]"
 _EXPORT, _IMPORT = ("disagg", "export"), ("disagg", "import")   # seq ids of the lookups
@@ -97,12 +97,21 @@ def receive(llm, transfer: KVTransfer) -> list[int]:
                          f"{LAYOUT}): both engines must serve the same model")
     if not transfer.block_ids:
         return []
-    tokens = transfer.prompt[:transfer.num_tokens]
-    bm.allocate(_IMPORT, tokens)                          # its own blocks, committed under the names
+    return write_cached_blocks(llm, transfer.prompt[:transfer.num_tokens], transfer.keys, transfer.values)
+
+
+def write_cached_blocks(llm, tokens: Sequence[int], keys: Sequence[torch.Tensor],
+                        values: Sequence[torch.Tensor], first: int = 0) -> list[int]:
+    """Make ``llm``'s prefix cache hold the full blocks of ``tokens``: blocks ``first, first + 1, ...``
+    get the K/V ``keys`` / ``values`` (per layer ``[num_blocks, block_size, num_kv_heads, head_dim]``),
+    the ones before ``first`` must be cached already. Returns the block ids of the whole prefix
+    (the written ones are its last ``len(keys[0])``)."""
+    bm, cache = llm.block_manager, llm.kv_cache
+    bm.allocate(_IMPORT, list(tokens))                    # its own blocks, committed under the names
     try:
         ids = bm.block_table(_IMPORT)
-        index = torch.tensor(ids, dtype=torch.long, device=cache.layers[0][0].device)
-        for (k, v), tk, tv in zip(cache.layers, transfer.keys, transfer.values):
+        index = torch.tensor(ids[first:], dtype=torch.long, device=cache.layers[0][0].device)
+        for (k, v), tk, tv in zip(cache.layers, keys, values):
             k.index_copy_(0, index, tk.to(k.device, k.dtype))
             v.index_copy_(0, index, tv.to(v.device, v.dtype))
     finally:
