@@ -340,6 +340,47 @@ FACTS: tuple[Fact, ...] = (
          "TensorRT-LLM have the same), which doubles the slots, and disaggregated prefill, which moves the "
          "prompts' memory to other GPUs.",
          "https://docs.vllm.ai/en/latest/configuration/engine_args.html", "vLLM engine arguments", _OLD),
+    # ---- chapter 13: blocks that move
+    Fact("vllm_kv_connectors", "vLLM", "main (docs: disaggregated prefilling, connector guides)",
+         "**vLLM** moves K/V between engines through a *KV connector* named in `--kv-transfer-config`, "
+         "for example `{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_producer\"}` on the "
+         "prefill instance and `kv_consumer` on the decode one; its connectors include NIXL, LMCache and "
+         "Mooncake. Its documentation says disaggregated prefill controls the tail of inter-token latency "
+         "but does not improve throughput.",
+         "https://docs.vllm.ai/en/latest/features/disagg_prefill/", "vLLM: disaggregated prefilling", _NOW),
+    Fact("vllm_offloading_connector", "vLLM", "main (`OffloadingConnector`, vllm.v1.kv_offload)",
+         "**vLLM**'s `OffloadingConnector` (`kv_role=\"kv_both\"`) adds a CPU block pool under the GPU "
+         "pool: blocks move to host memory, and a prefix that the GPU no longer caches but the host does is "
+         "loaded back instead of recomputed; LMCache plugs in the same way with more storage tiers.",
+         "https://docs.vllm.ai/projects/ascend/en/latest/user_guide/feature_guide/kv_cache_cpu_offload/",
+         "vLLM docs: KV cache CPU offload (OffloadingConnector)", _NOW),
+    Fact("sglang_router", "SGLang", "sglang-router 0.1.5 (PyPI)",
+         "**SGLang**'s router (`sglang-router`, a Rust process in front of SGLang workers) picks a worker "
+         "per request by a cache-aware, power-of-two, random or round-robin policy, and load-balances "
+         "prefill/decode disaggregated deployments too.",
+         "https://pypi.org/project/sglang-router/0.1.5/", "sglang-router on PyPI", _NOW),
+    Fact("vllm_stack_load_aware", "vLLM production stack", "latest docs",
+         "The **vLLM production stack**'s load-aware router scores each engine by "
+         "`matched_tokens / prompt_tokens - beta * relative_load` (the matched tokens come from its LMCache "
+         "controller) and sends the request to the best score: the same trade as this chapter's "
+         "prefix-aware router.",
+         "https://docs.vllm.ai/projects/production-stack/en/latest/use_cases/loadaware-routing.html",
+         "vLLM production stack: load aware routing", _NOW),
+    Fact("llmd_paths", "llm-d", "docs (well-lit paths)",
+         "**llm-d**'s deployment guides include precise prefix-cache routing on the cache state the model "
+         "servers publish, a tiered prefix cache that offloads to CPU RAM, NVMe or network storage, and "
+         "prefill/decode disaggregation.",
+         "https://llm-d.ai/docs/guides", "llm-d: well-lit paths", _NOW),
+    Fact("dynamo_parts", "NVIDIA Dynamo", "ai-dynamo (GitHub organization)",
+         "**NVIDIA Dynamo** serves LLMs across GPU nodes with disaggregated prefill and decode, prefix- and "
+         "load-aware request routing and distributed KV cache management; its transfer library NIXL moves "
+         "the K/V between GPUs, CPU memory and storage.",
+         "https://github.com/ai-dynamo", "github.com/ai-dynamo", _NOW),
+    Fact("mooncake", "Mooncake", "kvcache-ai/Mooncake README",
+         "**Mooncake**, the serving platform of Moonshot AI's Kimi, is a KVCache-centric disaggregated "
+         "architecture (FAST 2025); its Transfer Engine moves K/V over (GPUDirect) RDMA, and vLLM and "
+         "SGLang use it for disaggregated prefill.",
+         "https://github.com/kvcache-ai/Mooncake", "github.com/kvcache-ai/Mooncake", _NOW),
     Fact("trtllm_memory_fraction", "TensorRT-LLM", "1.3 and 1.4 (`KvCacheConfig`)",
          "TensorRT-LLM's paged cache takes a share of the memory left free after the weights "
          "(`free_gpu_memory_fraction`, 0.9 by default), one pool per attention window size.",
@@ -366,6 +407,8 @@ BOXES: dict[str, tuple[str, ...]] = {
     "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
            "disaggregated"),
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction"),
+    "13": ("vllm_offloading_connector", "kv_offload", "vllm_kv_connectors", "mooncake", "sglang_router",
+           "vllm_stack_load_aware", "llmd_paths", "dynamo_parts"),
 }
 
 #: Each chapter's section of book/references.md (its other sources).
@@ -376,6 +419,7 @@ REFERENCES: dict[str, str] = {
     **{ch: "the-gpu-primer-and-chapters-8-9-kernels" for ch in ("08", "09")},
     "10": "chapter-10-a-serving-engine",
     **{ch: "chapters-11-and-12-scheduling-and-capacity-at-scale" for ch in ("11", "12")},
+    "13": "chapter-13-beyond-one-engine",
 }
 
 _BY_KEY = {f.key: f for f in FACTS}

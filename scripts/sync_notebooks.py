@@ -239,6 +239,9 @@ CHAPTERS = {
                       "simulated", "chapter 10", CPU_OK, ["engine/scheduler.py", "sim/"]),
     "12_capacity_at_scale": ("the PagedAttention paper's Figure 2 and Figure 13, simulated",
                              "chapters 2 to 4", CPU_OK, ["sim/"]),
+    "13_beyond_one_engine": ("routing by prefix across replicas, a CPU tier under the GPU pool, "
+                             "prefill and decode on two engines", "chapters 7, 10 and 12", CPU_OK,
+                             ["sim/router.py", "sim/tiers.py", "engine/disagg.py"]),
 }
 WORDS_PER_MINUTE, MINUTES_PER_EXERCISE = 150, 8
 

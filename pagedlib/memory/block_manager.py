@@ -216,6 +216,10 @@ class BlockManager:
         self.query_tokens = 0    # prompt tokens looked up in the prefix cache
         self.num_copies = 0      # copy-on-write copies handed to callers
         self.num_evictions = 0   # cached blocks whose content was dropped for reuse
+        # Eviction hook (chapter 13): a function ``on_evict(block_id, name, token_ids)`` called just
+        # before a cached block's content is dropped for reuse, while its K/V is still in the block:
+        # a second tier (pagedlib.sim.tiers.CpuTier) copies it out here. None: nothing is called.
+        self.on_evict: Callable[[int, Hashable, tuple], None] | None = None
 
     @property
     def num_usable_blocks(self) -> int:
@@ -434,6 +438,15 @@ class BlockManager:
             return 0
         return len(self._match_prefix(token_ids, cache_salt)[1]) * self.block_size
 
+    def block_names(self, token_ids: Sequence[int], cache_salt: Hashable = None) -> list:
+        """The prefix cache's names of the full blocks of ``token_ids`` (chained from the salt's root):
+        what :attr:`on_evict` hands a second tier, so that it can look a prompt's blocks up."""
+        bs, h, parent, names = self.block_size, self._hash, self._root(cache_salt), []
+        for i in range(len(token_ids) // bs):
+            parent = h(parent, tuple(token_ids[i * bs:(i + 1) * bs]))
+            names.append(parent)
+        return names
+
     def can_allocate(self, token_ids: Sequence[int], cache_salt: Hashable = None) -> bool:
         """True if :meth:`allocate` of this prompt would succeed now (cache hits counted).
 
@@ -604,6 +617,8 @@ class BlockManager:
             lru = self._cached_free
             for _ in range(k - len(taken)):
                 b, _ = lru.popitem(last=False)
+                if self.on_evict is not None:        # e.g. a second tier keeps the block's K/V
+                    self.on_evict(b, blocks[b].name, blocks[b].tokens)
                 self._uncache(blocks[b])
                 self.num_evictions += 1
                 taken.append(b)
