@@ -120,26 +120,35 @@ def test_pages_lose_thebe_and_gain_a_description_and_open_graph_tags():
     doc += nodes.paragraph(text="Pages of sixteen tokens, taken only as tokens arrive, waste under one "
                                 "page per request, so many more requests fit. " * 3)
     context = {"script_files": [_Asset("_static/sphinx-thebe.js"), _Asset(None, 'const THEBE_JS_URL = "x"'),
-                                _Asset("_static/course.js")],
+                                _Asset("_static/course.js"), _Asset("_static/mathjax/tex-chtml-full.js")],
                "css_files": [_Asset("_static/sphinx-thebe.css"), _Asset("_static/course.css")],
                "body": '<p>a</p>\n<script type="text/x-thebe-config">\n{ binderOptions: {} }\n</script>',
                "title": "Sharing pages", "titlesuffix": " &#8212; Paged attention from scratch",
                "metatags": ""}
     ext._page_context(_App, "notebooks/06_sharing", "page.html", context, doc)
-    assert [a.filename for a in context["script_files"]] == ["_static/course.js"]
+    assert [a.filename for a in context["script_files"]] == ["_static/course.js"], "no math: no MathJax"
+    with_math = {"script_files": [_Asset("_static/mathjax/tex-chtml-full.js")], "title": "t"}
+    doc_math = new_document("m", get_default_settings(Parser))
+    doc_math += nodes.math(text="x^2")
+    ext._page_context(_App, "notebooks/08_triton_kernel", "page.html", with_math, doc_math)
+    assert [a.filename for a in with_math["script_files"]] == ["_static/mathjax/tex-chtml-full.js"]
     assert [a.filename for a in context["css_files"]] == ["_static/course.css"]
     assert "thebe" not in context["body"] and "<p>a</p>" in context["body"]
-    assert context["titlesuffix"], "a chapter keeps the site's name after its own"
     description = re.search(r'<meta name="description" content="([^"]+)"', context["metatags"]).group(1)
     assert description.startswith("Pages of sixteen tokens") and len(description) <= ext.DESCRIPTION_CHARS
     assert description.endswith("\u2026")
     for prop in ("og:title", "og:description", "og:site_name", "og:type"):
         assert f'property="{prop}"' in context["metatags"]
     assert 'property="og:title" content="Sharing pages"' in context["metatags"]
-    landing = {"title": "Paged attention from scratch", "titlesuffix": " &#8212; Paged attention from scratch"}
+    landing = {"title": "Paged attention from scratch"}
     ext._page_context(_App, "book/intro", "page.html", landing, None)
-    assert landing["titlesuffix"] == "", "the landing page's title is the site's: said once"
+    site = "Paged attention from scratch"
+    assert ext.title_once(f"<head><title>{site} &#8212; {site}</title>") == f"<head><title>{site}</title>", \
+        "the landing page's title is the site's: said once"
+    chapter = f"<title>Sharing pages &#8212; {site}</title>"
+    assert ext.title_once(chapter) == chapter, "a chapter keeps the site's name after its own"
     assert ext.SITE_DESCRIPTION[:40] in landing["metatags"]
+    assert 40 <= len(ext.SITE_DESCRIPTION) <= ext.DESCRIPTION_CHARS
 
 
 def _hex_luminance(colour: str) -> float:
@@ -261,6 +270,8 @@ def test_built_pages_are_lighter_and_describe_themselves(site, page):
         assert soup.find("meta", property=prop), f"{page}: no {prop}"
     title = soup.title.get_text()
     assert title.count("Paged attention from scratch") == 1, title
+    mathjax = [s["src"] for s in soup.find_all("script", src=True) if "mathjax" in s["src"]]
+    assert bool(mathjax) == bool(soup.select(".math")), f"{page}: MathJax {mathjax} without math, or math without it"
 
 
 @pytest.mark.slow
