@@ -117,6 +117,8 @@ def test_pages_lose_thebe_and_gain_a_description_and_open_graph_tags():
 
     doc = new_document("x", get_default_settings(Parser))
     doc += nodes.paragraph(text="short")
+    doc += nodes.paragraph(text="Prerequisites: chapter 4 · Time: about 35 minutes · GPU: not needed (runs "
+                                "on a CPU) · Code: pagedlib/memory/block_manager.py")
     doc += nodes.paragraph(text="Pages of sixteen tokens, taken only as tokens arrive, waste under one "
                                 "page per request, so many more requests fit. " * 3)
     context = {"script_files": [_Asset("_static/sphinx-thebe.js"), _Asset(None, 'const THEBE_JS_URL = "x"'),

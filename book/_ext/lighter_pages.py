@@ -25,6 +25,7 @@ MATHJAX_DIR = "mathjax/"               # under _static
 DESCRIPTION_CHARS = 160                # what search engines show of a description
 SITE_DESCRIPTION = ("An open course on how LLM serving engines manage KV-cache memory: from the naive "
                     "cache to paged attention, a Triton kernel and a serving engine.")
+CHAPTER_FACTS = "Prerequisites:"      # a chapter's header line (scripts/sync_notebooks.py): not prose
 _THEBE_CONFIG = re.compile(r'\s*<script type="text/x-thebe-config">.*?</script>', re.S)
 
 
@@ -40,7 +41,7 @@ def _is_thebe(asset) -> bool:
 
 
 def _first_paragraph(doctree) -> str:
-    """The first paragraph of prose: not a badge, a header line of facts or a caption."""
+    """The first paragraph of prose: not a badge, a chapter's header line of facts or a caption."""
     if doctree is None:
         return ""
     for para in doctree.findall(nodes.paragraph):
@@ -48,7 +49,7 @@ def _first_paragraph(doctree) -> str:
                for a in _ancestors(para)):
             continue
         text = " ".join(para.astext().split())
-        if len(text) >= 80:
+        if len(text) >= 80 and not text.startswith(CHAPTER_FACTS):
             return text
     return ""
 
