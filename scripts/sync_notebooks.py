@@ -13,8 +13,10 @@ This script rewrites, in every `notebooks/*.ipynb`:
   the exercise registry (``Exercise.help_html``), so the site and the notebook never disagree.
 
 and the README's chapter table (between its ``<!-- chapters -->`` markers), one row per notebook with
-its Colab badge in that row, and the list of every fact in book/references.md (between its
-``<!-- facts -->`` markers).
+its Colab badge in that row, the list of every fact in book/references.md (between its
+``<!-- facts -->`` markers), and the landing page's card (book/intro.md, between its
+``<!-- course-card -->`` markers): audience, prerequisites, the course's total time (the sum of the
+chapters' header lines) and which chapters use a GPU.
 
     python scripts/sync_notebooks.py          # rewrite
     python scripts/sync_notebooks.py --check  # list drift, exit 1 if any (used by the tests)
@@ -335,6 +337,53 @@ def sync_readme(write: bool) -> list[str]:
     return ["README.md's chapter table differs from the notebooks"]
 
 
+# ---- the landing page's card: audience, prerequisites, total time, GPU ----------------------------
+INTRO = ROOT / "book" / "intro.md"
+CARD_START, CARD_END = "<!-- course-card: written by scripts/sync_notebooks.py -->", "<!-- /course-card -->"
+AUDIENCE = ("programmers who know Python and want to see how LLM serving engines such as vLLM "
+            "fit many requests into one GPU's memory")
+
+
+def course_minutes() -> dict[str, int]:
+    """Each chapter's time in minutes, as its header line states it (``minutes``)."""
+    return {path.stem: minutes(nbformat.read(path, as_version=4))
+            for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if path.stem in CHAPTERS}
+
+
+def landing_card() -> str:
+    """The landing page's card (HTML): who the course is for, what it needs, how long it takes in
+    all (the sum of the chapters' header lines) and which chapters use a GPU when there is one."""
+    times = course_minutes()
+    hours = sum(times.values()) / 60
+    gpu = [str(int(stem[:2])) for stem in times if CHAPTERS[stem][2] != CPU_OK]
+    gpu_text = ", ".join(gpu[:-1]) + " and " + gpu[-1] if len(gpu) > 1 else "".join(gpu)
+    rows = [
+        ("For", AUDIENCE + "."),
+        ("You need", CHAPTERS["00_getting_started"][1] + " (tensors, indexing, a matrix product); "
+                     "no CUDA: Triton is taught from zero in chapter 8."),
+        ("Time", f"about {hours:.1f} hours for the {len(times)} chapters "
+                 f"({min(times.values())} to {max(times.values())} minutes each, exercises included)."),
+        ("GPU", f"optional. Every chapter runs on a CPU, Triton kernels through its interpreter; "
+                f"chapters {gpu_text} use a GPU when there is one (Colab's free T4 is enough) "
+                f"for kernel timings and speed."),
+    ]
+    body = "\n".join(f'<p><strong>{name}:</strong> {text}</p>' for name, text in rows)
+    return "\n".join([CARD_START, '<div class="course-card">', body, "</div>", CARD_END])
+
+
+def sync_intro(write: bool) -> list[str]:
+    text = INTRO.read_text()
+    if CARD_START not in text or CARD_END not in text:
+        return [f"book/intro.md has no {CARD_START} ... {CARD_END} markers around the course card"]
+    start, end = text.index(CARD_START), text.index(CARD_END) + len(CARD_END)
+    want = landing_card()
+    if text[start:end] == want:
+        return []
+    if write:
+        INTRO.write_text(text[:start] + want + text[end:])
+    return ["book/intro.md's course card differs from the notebooks"]
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     bad = 0
@@ -343,10 +392,10 @@ def main(argv: list[str]) -> int:
         if drift:
             bad += 1
             print(f"{path.relative_to(ROOT)}: " + "; ".join(drift))
-    readme = sync_readme(write=not check) + sync_references(write=not check)
-    if readme:
-        bad += 1
-        print("; ".join(readme))
+    for other in (sync_readme(write=not check), sync_references(write=not check), sync_intro(write=not check)):
+        if other:
+            bad += 1
+            print("; ".join(other))
     if check and bad:
         print("Run `python scripts/sync_notebooks.py` to fix.")
         return 1

@@ -66,8 +66,10 @@ MIN_HINTS = len(HINT_RUNGS)
 RUN_IT_YOURSELF = ("(Reading this on the website? Open the chapter in Colab with the badge at the top "
                    "of the page, then run the cells.)")
 
-# What a wrong answer that no listed mistake explains gets; the website's checker shows the same words.
-TRY_A_HINT = "Try `.hint()` (on the website: the Hint button)."
+# What a wrong answer that no listed mistake explains gets: in a notebook, and on the website (whose
+# exercise box has a Hint button, and no `.hint()` to call); otherwise the two verdicts are the same.
+TRY_A_HINT = "Try `.hint()`."
+SITE_TRY_A_HINT = "Press Hint for a clue."
 
 _COLOURS = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#6e7781"}
 _ICONS = {CORRECT: "Correct", INCORRECT: "Incorrect", NOT_ATTEMPTED: "Not attempted yet"}

@@ -273,7 +273,7 @@ def to_json_value(value: Any):
 
 def answer_spec(exercise) -> dict:
     """Everything the website needs to check ``exercise``'s answer as ``Exercise.check`` does."""
-    from . import TRY_A_HINT
+    from . import SITE_TRY_A_HINT
     return {"name": exercise.name,
             "expected": to_json_value(exercise.reference),
             "tolerance": exercise.tolerance,
@@ -283,4 +283,4 @@ def answer_spec(exercise) -> dict:
                                                                     "value": to_json_value(m)}, text]
                          for m, text in exercise.mistakes],
             "why": exercise.why,
-            "fallback": TRY_A_HINT}
+            "fallback": SITE_TRY_A_HINT}
