@@ -41,7 +41,9 @@ def test_placeholders_and_approximate_values_stay_in_a_numeric_column():
     assert view.text().splitlines() == ["budget  paper  x", "  none   ~1.0  n/a", "    16    2.5  n/a"]
 
 
-def test_display_or_print_prints_the_text_twin_outside_a_notebook(capsys):
+def test_display_or_print_prints_the_text_twin_outside_a_notebook(capsys, monkeypatch):
+    import IPython
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)   # another test may have left a shell
     view = TableView(ROWS[:1], HEADERS)
     assert display_or_print(view, "the text") is False and capsys.readouterr().out == "the text\n"
     assert display_or_print(view) is False and capsys.readouterr().out == ""     # a figure: nothing
