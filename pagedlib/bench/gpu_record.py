@@ -46,7 +46,8 @@ COLUMNS = [("batch", "batch", "{:,}"), ("context", "context", "{:,}"), ("block",
            ("sdpa us", "sdpa_us", "{:.1f}"), ("GB/s", "paged_gbs", "{:.0f}"),
            ("of peak", "paged_frac_peak", "{:.0%}"), ("vs sdpa", "paged_vs_sdpa", "{:.2f}x"),
            ("vs ref", "paged_vs_ref", "{:.1f}x")]
-CAPTION = ("paged us: the kernel's time per decode step; GB/s: the bandwidth it reached; of peak: "
+CAPTION = ("paged us: the kernel's time per decode step on the GPU (replayed from a CUDA graph: "
+           "the Python call that launches it is not counted); GB/s: the bandwidth it reached; of peak: "
            "that as a share of the GPU's datasheet peak; vs sdpa: SDPA's time over a contiguous "
            "cache divided by the kernel's (above 1, paging is faster); vs ref: how many times faster "
            "than the PyTorch gather; splits: the split-K choice of chapter 9.")

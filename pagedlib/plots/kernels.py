@@ -539,10 +539,11 @@ def record_splits(record: dict, context: int = 16384, entry: str = "paged_attent
     if sms:
         full = sms / rows[0]["kv_heads"] if rows else None     # batch at which the single pass fills the SMs
         ax.axvline(full, color=COLORS["external"], ls=":", lw=1)
-        ax.text(full, ax.get_ylim()[1] * 0.95, " one program per SM", fontsize=SMALLEST_FONT,
-                color=COLORS["external"], va="top")
+        ax.text(full * 0.93, ax.get_ylim()[1] * 0.5, "one program\nper SM", fontsize=SMALLEST_FONT,
+                color=COLORS["external"], ha="right")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(batches, [str(b) for b in batches], fontsize=SMALLEST_FONT)
+    ticks = [b for b in batches if b & (b - 1) == 0]             # powers of two: labels that do not collide
+    ax.set_xticks(ticks, [str(b) for b in ticks])
     ax.minorticks_off()
     ax.set_ylim(bottom=0)
     ax.set_xlabel("batch (sequences decoding)")
