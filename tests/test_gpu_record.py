@@ -65,7 +65,7 @@ def test_goals_are_judged_from_the_figures():
 def test_the_dry_run_rehearses_every_section_of_the_script(tmp_path):
     """The GPU script's code paths, on the CPU with tiny sizes: each section writes its figures."""
     out = tmp_path / "record.json"
-    record = gpu_record.measure(dry_run=True, out=out, sections=("correctness", "splits", "paging"),
+    record = gpu_record.measure(dry_run=True, out=out, sections=("chapters", "correctness", "splits", "paging"),
                                 log=lambda line: None)
     assert record["errors"] == {}
     stored = json.loads(out.read_text())

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.slow   # a browser, a notebook run or a fresh venv: lef
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "try-paging.md"
-STATIC = [ROOT / "_static" / "try-paging.js", ROOT / "_static" / "try-paging.css"]
+STATIC = [ROOT / "_static" / "try-paging.js", ROOT / "_static" / "try-paging.css",
+          ROOT / "_static" / "favicon.svg"]                  # _config.yml names the favicon
 ARTIFACTS = ROOT / "artifacts" / "try-paging"
 SEED = [512, 37, 1900, 128, 4]
 MAX_LEN, POOL = 2048, 40960
