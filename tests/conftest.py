@@ -33,3 +33,24 @@ def close_figures():
     yield
     from figures import check_open_figures
     check_open_figures()
+
+
+# ---- the built site (tests/test_site.py and tests/test_site_static.py) -------------------------------
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    """The built site's html folder: PAGEDLIB_SITE if set, else one fresh strict build of the book
+    shared by every test of the session that asks for it."""
+    import os
+    import subprocess
+    from pathlib import Path
+    if os.environ.get("PAGEDLIB_SITE"):
+        html = Path(os.environ["PAGEDLIB_SITE"]).resolve()
+        assert (html / "index.html").exists(), f"PAGEDLIB_SITE={html} holds no built site"
+        return html
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("site")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    run = subprocess.run([str(jb), "build", str(root), "--path-output", str(out), "-W", "-n",
+                          "--keep-going"], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"jupyter-book build failed:\n{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+    return out / "_build" / "html"

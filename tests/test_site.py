@@ -22,9 +22,7 @@ alt text and captions, 2x figures, the site's config, and that notebook code fit
 from __future__ import annotations
 
 import base64
-import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -191,19 +189,7 @@ def test_site_config_never_renders_a_widget_view():
 
 
 # ---- the built site ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The built site's html folder: PAGEDLIB_SITE if set, else a fresh strict build of the book."""
-    if os.environ.get("PAGEDLIB_SITE"):
-        html = Path(os.environ["PAGEDLIB_SITE"]).resolve()
-        assert (html / "index.html").exists(), f"PAGEDLIB_SITE={html} holds no built site"
-        return html
-    out = tmp_path_factory.mktemp("site")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    run = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n",
-                          "--keep-going"], capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, f"jupyter-book build failed:\n{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
-    return out / "_build" / "html"
+# the `site` fixture (one strict build of the book) is in tests/conftest.py
 
 
 @pytest.fixture(scope="module")

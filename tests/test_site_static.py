@@ -7,10 +7,7 @@ PAGEDLIB_SITE names, as in tests/test_site.py).
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -232,19 +229,7 @@ def test_the_landing_card_adds_up_the_chapters_header_lines():
 
 
 # ---- the built site -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The built site's html folder: PAGEDLIB_SITE if set, else a fresh strict build of the book."""
-    if os.environ.get("PAGEDLIB_SITE"):
-        html = Path(os.environ["PAGEDLIB_SITE"]).resolve()
-        assert (html / "index.html").exists(), f"PAGEDLIB_SITE={html} holds no built site"
-        return html
-    out = tmp_path_factory.mktemp("site")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    run = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n", "--keep-going"],
-                         capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, f"jupyter-book build failed:\n{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
-    return out / "_build" / "html"
+# the `site` fixture (one strict build of the book) is in tests/conftest.py
 
 
 def _soup(site: Path, page: str):
