@@ -10,7 +10,8 @@ Modules: ``workload`` (lengths and arrivals), ``buddy`` (the Orca baselines' all
 ``reservation`` (the Orca policies), ``loop`` (the Orca baselines' step loop), ``counting_engine``
 (vLLM's policy: the engine's own scheduler and block manager, no model), ``timing`` (seconds per
 step), ``result`` (the meter and :class:`SimResult`), ``paper`` (the numbers to compare with);
-``clocked`` runs the whole engine (``pagedlib.LLM``, with a model) on the simulated clock (chapter
+``prefix_trace`` (chapter 7: prefix-sharing traces replayed through the hash chain and the radix
+tree) and ``clocked`` runs the whole engine (``pagedlib.LLM``, with a model) on the simulated clock (chapter
 11). No tensors: only slots and blocks are counted.
 
 The model, in short: 15,728 slots (12 GiB / 800 KiB per OPT-13B token), ``max_len`` 2048, strict
