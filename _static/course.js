@@ -83,3 +83,32 @@
   document.addEventListener("DOMContentLoaded", patchSearch);
   window.addEventListener("load", patchSearch);
 })();
+
+/*
+ * Links between chapters. A notebook on Colab opens alone, so the notebooks link to other chapters
+ * and to the book's pages at their published address (pagedlib.facts.SITE_URL, which
+ * tests/test_links.py keeps equal to SITE below). On the site those links are turned back into
+ * relative ones, so that a local build (`make book`, `make serve`) stays local and the published
+ * site never reloads itself through an absolute address.
+ */
+(function () {
+  "use strict";
+  var SITE = "https://paged-attention-course.github.io/paged-attention-from-scratch/";
+
+  function localiseLinks() {
+    var root = document.documentElement.getAttribute("data-content_root");
+    if (root === null) {
+      return;
+    }
+    document.querySelectorAll('a[href^="' + SITE + '"]').forEach(function (a) {
+      a.setAttribute("href", root + a.getAttribute("href").slice(SITE.length));
+      a.classList.remove("external");
+      a.classList.add("internal");
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", localiseLinks);
+  } else {
+    localiseLinks();
+  }
+})();

@@ -28,6 +28,21 @@ BOX_START = "<!-- production: written by scripts/sync_notebooks.py from pagedlib
 BOX_END = "<!-- /production -->"
 BOX_TITLE = "In production today"
 
+#: Where the course is published (GitHub Pages; _config.yml's html.baseurl says the same). A notebook
+#: on Colab opens alone, so its links to other chapters and to the book's pages are written as
+#: absolute links to the published site; on the site, _static/course.js turns them back into
+#: relative links, so a local build stays local.
+SITE_URL = "https://paged-attention-course.github.io/paged-attention-from-scratch/"
+
+
+def site_url(page: str, anchor: str = "") -> str:
+    """The published address of a course page given by its source path: ``"book/references.md"``
+    or ``"notebooks/03_fragmentation.ipynb"`` (``anchor`` without its ``#``)."""
+    stem, dot, ext = page.rpartition(".")
+    if not dot or ext not in ("md", "ipynb"):
+        raise ValueError(f"page must be a book/*.md or notebooks/*.ipynb path, got {page!r}")
+    return f"{SITE_URL}{stem}.html" + (f"#{anchor}" if anchor else "")
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -443,8 +458,10 @@ def render_box(chapter: str) -> str:
     return (f"{BOX_START}\n<div class=\"admonition note\">\n"
             f"<p class=\"admonition-title\"><strong>{BOX_TITLE}</strong></p>\n\n"
             f"{items}\n\nEvery fact about another engine, with its source and date: "
-            f"[facts about production engines](../book/references.md#facts-about-production-engines); "
-            f"this chapter's other sources: [references](../book/references.md#{REFERENCES[chapter]})."
+            f"[facts about production engines]"
+            f"({site_url('book/references.md', 'facts-about-production-engines')}); "
+            f"this chapter's other sources: "
+            f"[references]({site_url('book/references.md', REFERENCES[chapter])})."
             f"\n\n</div>\n{BOX_END}")
 
 

@@ -137,7 +137,7 @@ def test_every_box_links_to_a_heading_of_the_references():
     slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
              for h in re.findall(r"^## (.+)$", text, flags=re.M)}
     for chapter in facts.BOXES:
-        for anchor in re.findall(r"references\.md#([\w-]+)", facts.render_box(chapter)):
+        for anchor in re.findall(r"references\.html#([\w-]+)", facts.render_box(chapter)):
             assert anchor in slugs, f"chapter {chapter}'s box links to #{anchor}, no such heading"
 
 
