@@ -71,6 +71,7 @@ TRTLLM_KVCONFIG = "https://nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCac
 
 _OLD = "2026-12-02"   # facts carried over from the boxes as last reviewed (round two), not re-checked since
 _NOW = "2026-12-04"   # facts checked again for issue 34
+_RADIX = "2026-12-05"  # chapter 7's radix tree and scheduling facts (issue 35)
 
 FACTS: tuple[Fact, ...] = (
     # ---- chapter 0: kernels
@@ -234,8 +235,17 @@ FACTS: tuple[Fact, ...] = (
     Fact("sglang_radix_cache", "SGLang", "main",
          "**SGLang** (RadixAttention) keeps cached prefixes in a radix tree (a tree whose edges hold runs "
          "of token ids, so shared prefixes share a path); with page size 1, a shared prefix of any length "
-         "can hit, not only whole blocks.",
-         "https://github.com/sgl-project/sglang", "github.com/sgl-project/sglang", _OLD),
+         "can hit, not only whole blocks. A running request locks the nodes of its prefix (`lock_ref`); "
+         "when memory runs short, whole unlocked leaves are evicted, the least recently used first by "
+         "default (`--radix-eviction-policy`). A match never covers a prompt's last token.",
+         "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/mem_cache/radix_cache.py",
+         "python/sglang/srt/mem_cache/radix_cache.py", _RADIX),
+    Fact("sglang_lpm", "SGLang", "main (`server_args.py`, `schedule_policy.py`)",
+         "**SGLang**'s `--schedule-policy` defaults to `fcfs`; `lpm` sorts the waiting requests by the "
+         "length of their cached prefix, longest first, and falls back to arrival order when more than "
+         "128 requests wait.",
+         "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/schedule_policy.py",
+         "python/sglang/srt/managers/schedule_policy.py", _RADIX),
     Fact("cascade_attention", "FlashInfer, vLLM", "main",
          "**Cascade attention** reads a prefix that the whole batch shares once, not once per request: "
          "FlashInfer provides the kernels, and vLLM's FlashAttention backend switches to it when the "
@@ -413,7 +423,7 @@ BOXES: dict[str, tuple[str, ...]] = {
            "vllm_startup_log"),
     "05": ("vllm_kv_layout", "vllm_null_block", "flashinfer_csr", "sglang_req_to_token"),
     "06": ("vllm_parallel_sampling", "sglang_radix_sharing", "trtllm_block_reuse", "flashinfer_cascade"),
-    "07": ("vllm_prefix_caching", "kv_offload", "sglang_radix_cache", "trtllm_block_reuse",
+    "07": ("vllm_prefix_caching", "sglang_radix_cache", "sglang_lpm", "kv_offload", "trtllm_block_reuse",
            "cascade_attention"),
     "08": ("vllm_unified_attention", "sglang_backends", "flashinfer_kernels", "trtllm_kernels"),
     "09": ("vllm_write_and_step", "vllm_unified_grid", "fa3_varlen", "flashinfer_pod"),

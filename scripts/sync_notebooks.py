@@ -224,8 +224,9 @@ CHAPTERS = {
                            "CSR", "chapter 4", CPU_OK, ["attention/reference.py"]),
     "06_sharing": ("ref counts, fork, copy-on-write, beam search", "chapter 4", CPU_OK,
                    ["memory/block_manager.py"]),
-    "07_prefix_caching": ("a hash chain of full blocks, hits across requests, LRU eviction",
-                          "chapter 6", CPU_OK, ["memory/block_manager.py"]),
+    "07_prefix_caching": ("a hash chain of full blocks, hits across requests, LRU eviction; a radix "
+                          "tree at token granularity; longest-prefix-first scheduling",
+                          "chapter 6", CPU_OK, ["memory/block_manager.py", "memory/radix_cache.py"]),
     "08_triton_kernel": ("Triton from zero, online softmax, the decode kernel in steps",
                          "chapter 5 and the GPU primer", "optional: a CPU runs every kernel through "
                          "Triton's interpreter; timings need one", ["attention/kernels/",

@@ -195,3 +195,57 @@ evicted_prefix_v1 = Exercise(
     explanation="A's four blocks were the oldest free blocks when C arrived, so C took them all, A's "
                 "first block included: nothing of A survives, where two lists kept A's first block.",
 )
+
+
+# ---- exercise 4: the same prompts in a radix tree -------------------------------------------------
+
+RADIX_PAGE_SIZE = 1                          # SGLang's default page: one token
+
+
+def radix_hits(prompts: list[list[int]], page_size: int = RADIX_PAGE_SIZE) -> list[int]:
+    """Cached tokens each prompt gets from :class:`~pagedlib.memory.radix_cache.RadixCache`, the
+    prompts arriving one after another into a pool large enough that nothing is evicted."""
+    from ..memory.radix_cache import RadixCache
+    rc = RadixCache(num_pages=sum(len(p) for p in prompts), page_size=page_size)
+    return [rc.allocate(i, p) for i, p in enumerate(prompts)]
+
+
+_RADIX_HITS = radix_hits(PROMPT_MIX)
+_RADIX_WHY = {
+    1: "it shares the whole 10-token system prompt with prompt 1, to the token",
+    2: "an exact repeat hits every token but its last, which is always computed for its logits",
+    3: "it is the first 6 tokens of earlier prompts: all of them hit but its last",
+    4: "shorter than a block, it still hits: a tree matches token by token (less its last token)",
+    5: "shifted by one token, it starts with a token no edge from the root starts with",
+    6: "it shares 12 tokens with prompts 1 and 3; its last three tokens were never sent before",
+}
+radix_hit_count = Exercise(
+    "ch07.radix_hit_count",
+    "The seven prompts of PROMPT_MIX again, allocated one after another into a radix tree with pages "
+    "of one token (SGLang's default), nothing evicted. How many prompt tokens does each prompt get "
+    "from the cache? Answer a list of seven numbers, one per prompt.",
+    _RADIX_HITS,
+    mistakes=[
+        (LengthNot(len(PROMPT_MIX)), f"give one number per prompt: {len(PROMPT_MIX)} numbers, in the "
+                                     "order of PROMPT_MIX."),
+        (list(_EXPECTED_HITS), "Those are the hash chain's hits, in whole blocks of 4. The tree "
+                               "compares tokens: a shared prefix that ends inside a block counts in "
+                               "full."),
+        (FirstWrong(0), "prompt 1: the tree starts empty."),
+        *[(FirstWrong(i), f"prompt {i + 1} is off: {_RADIX_WHY[i]}.") for i in range(1, len(PROMPT_MIX))],
+    ],
+    hints=["A radix tree compares token ids, not block names: a prompt hits the longest prefix it "
+           "shares with anything entered before, of any length, as long as it starts at the first "
+           "token.",
+           "For each prompt, find the earlier prompt with the longest common prefix, count the "
+           "shared tokens, and cap at len - 1: the last prompt token is always computed.",
+           "Prompt 2 shares 10 tokens with prompt 1; prompt 3 repeats prompt 1's 12 tokens, so 11 "
+           "hit; prompt 4 (6 tokens) hits 5."],
+    wrong=[list(_EXPECTED_HITS), [0, 10, 12, 6, 3, 0, 12], [0, 10, 11, 5, 2, 0, 14],
+           [0, 10, 11, 5, 2, 1, 12], [0, 10, 11, 5, 0, 0, 12]],
+    why="The tree hits every shared token but a prompt's last, wherever the shared prefix ends; "
+        "the hash chain only whole blocks.",
+    explanation="Per prompt: 0, 10 (the system prompt, to the token), 11 (a repeat, less its last "
+                "token), 5, 2 (shorter than a block, and still a hit), 0 (shifted), 12. The hash "
+                "chain's [0, 8, 8, 4, 0, 0, 12] loses every shared token that ends inside a block.",
+)

@@ -227,6 +227,21 @@ class RadixCache:
             stack.extend(node.children.values())
         return out
 
+    def describe(self, shown: int = 4) -> list[str]:
+        """The tree as text, one line per node (children indented under their parent): its length,
+        its first ``shown`` token ids and its lock count."""
+        lines = ["root"]
+
+        def walk(node: RadixNode, depth: int) -> None:
+            for child in sorted(node.children.values(), key=lambda c: c.key):
+                head = " ".join(map(str, child.key[:shown])) + (" ..." if len(child.key) > shown else "")
+                lines.append(f"{'  ' * depth}+ {len(child.key)} tokens [{head}]"
+                             + (f" lock {child.lock_ref}" if child.lock_ref else ""))
+                walk(child, depth + 1)
+
+        walk(self.root, 1)
+        return lines
+
     # ---- sizes ---------------------------------------------------------------------------------
     @property
     def num_free_pages(self) -> int:

@@ -16,5 +16,6 @@ from .memory import *  # noqa: F401,F403
 from .sharing import *  # noqa: F401,F403
 from .paging import *  # noqa: F401,F403
 from .cluster import *  # noqa: F401,F403
+from .radix import *  # noqa: F401,F403
 
 use_course_style()
