@@ -72,6 +72,7 @@ TRTLLM_KVCONFIG = "https://nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCac
 _OLD = "2026-12-02"   # facts carried over from the boxes as last reviewed (round two), not re-checked since
 _NOW = "2026-12-04"   # facts checked again for issue 34
 _RADIX = "2026-12-05"  # chapter 7's radix tree and scheduling facts (issue 35)
+_TODAY = "2026-12-05"  # facts checked for issue 40 (admission policies)
 
 FACTS: tuple[Fact, ...] = (
     # ---- chapter 0: kernels
@@ -327,6 +328,26 @@ FACTS: tuple[Fact, ...] = (
          "batch at every iteration, with a paged KV cache and chunked context (prefill); its default "
          "admission (`GUARANTEED_NO_EVICT`) reserves for each request's maximum output.",
          TRTLLM_FLAGS, "useful runtime options", _OLD),
+    Fact("sglang_new_token_ratio", "SGLang", "main (`environ.py`, `schedule_policy.py`)",
+         "**SGLang's admission** charges each running request `new_token_ratio` times the tokens it may "
+         "still generate (at most 4,096 each, `SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`) and a newcomer "
+         "its prompt minus its cached prefix plus `min(max_new_tokens, 4096)`; the ratio starts at 0.7 "
+         "and decays to 0.7 x 0.14 over 600 decode steps without a retraction.",
+         "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/schedule_policy.py",
+         "schedule_policy.py", _TODAY),
+    Fact("sglang_retract_decode", "SGLang", "main, since sgl-project/sglang#9989 (September 2025)",
+         "When a decode step does not fit, SGLang's `retract_decode` sends back the requests with the "
+         "fewest generated tokens first (then the longest prompt), at least one, until the next decode "
+         "step of the rest fits (before #9989: until 20 tokens per survivor were free); the ratio then "
+         "jumps to (tokens the survivors generated + 20 each) / (their `max_new_tokens` + 1).",
+         "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/schedule_batch.py",
+         "schedule_batch.py", _TODAY),
+    Fact("trtllm_guaranteed_no_evict", "TensorRT-LLM", "main (`capacityScheduler.cpp`)",
+         "**TensorRT-LLM's `GUARANTEED_NO_EVICT`** capacity scheduler subtracts from the free blocks "
+         "what every request in progress still needs to reach its `maxNewTokens`, and starts a new "
+         "request only if all of its own blocks to completion fit in the rest.",
+         "https://github.com/NVIDIA/TensorRT-LLM/blob/main/cpp/tensorrt_llm/batch_manager/"
+         "capacityScheduler.cpp", "capacityScheduler.cpp", _TODAY),
     Fact("flashinfer_mixed", "FlashInfer", "main",
          "**FlashInfer** provides the kernels such engines call for a mixed batch: its batch prefill and "
          "decode attention read the same paged cache through a page table.",
@@ -429,8 +450,8 @@ BOXES: dict[str, tuple[str, ...]] = {
     "09": ("vllm_write_and_step", "vllm_unified_grid", "fa3_varlen", "flashinfer_pod"),
     "10": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
            "flashinfer_mixed"),
-    "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
-           "disaggregated"),
+    "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "sglang_new_token_ratio",
+           "sglang_retract_decode", "trtllm_inflight", "trtllm_guaranteed_no_evict", "disaggregated"),
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction"),
     "13": ("vllm_offloading_connector", "kv_offload", "vllm_kv_connectors", "mooncake", "sglang_router",
            "vllm_stack_load_aware", "llmd_paths", "dynamo_parts"),

@@ -454,10 +454,29 @@ def estimated_scene(admission):
 def test_estimated_retracts_in_sglangs_order_until_the_survivors_have_room():
     sched, p, q, r = estimated_scene("estimated")
     step = run_step(sched)
-    # fewest outputs first (all have 2), then the longest prompt: Q; then more while the free blocks
-    # hold fewer than 20 tokens per survivor, never the last: R too
-    assert step.preempted == [q, r] and sched.running == [p]
-    assert sched.new_token_ratio == 1.0             # (2 decoded + 20 steps for P) / 1 max_new_tokens
+    # fewest outputs first (all have 2), then the longest prompt: Q. Its 4 blocks hold the next
+    # token of P and R, so nobody else goes (SGLang before #9989 would have wanted 20 tokens each)
+    assert step.preempted == [q] and sched.running == [p, r]
+    assert sched.new_token_ratio == 1.0             # (4 decoded + 20 steps each) / (2 + 1), at most 1
+
+
+def test_estimated_retracts_until_the_next_token_of_the_others_fits():
+    """Four sequences fill one 4-token block each and all need a second: the first victim frees one
+    block, three still need three, so a second goes; two blocks for the last two: it stops there."""
+    bm = BlockManager(num_blocks=4, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, admission="estimated")
+    a, b, c, d = seqs(3, 3, 3, 3)
+    for s in (a, b, c, d):
+        s.params = Params(1)                        # charged 4 tokens each: all four admitted
+        sched.add(s)
+    assert run_step(sched).admitted == [a, b, c, d]
+    run_step(sched)
+    for s in (a, b, c, d):
+        s.params = Params(100)                      # (a scheduler-only test: only the ratio reads it now)
+    step = run_step(sched)
+    assert step.preempted == [d, c] and sched.running == [a, b]      # equal keys: the newest first
+    # the ratio's jump: (2 + 2 tokens generated + 20 steps each) / (100 + 100 max_new_tokens + 1)
+    assert sched.new_token_ratio == pytest.approx(44 / 201, rel=1e-9)
 
 
 def test_on_demand_preempts_the_newest_only():

@@ -45,9 +45,10 @@ request that does not fit. The three policies of production engines:
   sequence its blocks plus ``new_token_ratio`` of the tokens it may still generate (at most 4,096),
   and the newcomer its prompt minus its cached prefix plus ``min(max_new_tokens, 4096)``. When blocks
   run out, the victims are taken in SGLang's order (fewest generated tokens first, then the longest
-  prompt), at least one, until the free blocks hold 20 more tokens (``retract_decode_steps``) for each
-  sequence left running; then the ratio jumps to what the survivors used plus those 20 steps, over
-  their maximum; in every step without a retraction it decays by a 600th of its range, to a floor.
+  prompt), at least one, then more until the free blocks hold the next token of every sequence left
+  to schedule; then the ratio jumps to what the survivors generated plus 20 more steps each
+  (``retract_decode_steps``), over their ``max_new_tokens`` (+1); in every step without a retraction
+  it decays by a 600th of its range, to a floor.
 
 A sequence samples a token only in the step that computes its last token. The scheduler only moves
 sequences between ``waiting`` and ``running`` and talks to the block manager; the engine runs the
@@ -69,9 +70,9 @@ __all__ = ["Scheduler", "SeqState", "ScheduledStep", "Status", "SCHEDULING_ORDER
 SCHEDULING_ORDERS = ("vllm", "decode_first", "prefill_first")
 ADMISSION_POLICIES = ("on_demand", "guaranteed", "estimated")
 
-# SGLang's defaults (python/sglang/global_config.py, server_args.py): the ratio starts at 0.7, decays
-# over 600 steps to 0.7 * 0.14, and a retraction reserves 20 more decode steps for each survivor;
-# admission charges at most 4096 new tokens per request (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+# SGLang's defaults (pagedlib.facts: sglang_new_token_ratio, sglang_retract_decode): the ratio starts at
+# 0.7, decays over 600 steps to 0.7 * 0.14, and after a retraction counts 20 more decode steps for
+# each survivor; admission charges at most 4096 new tokens per request.
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
@@ -311,21 +312,24 @@ class Scheduler:
     def _victims(self, scheduled: set[int]) -> list[SeqState]:
         """Whom to preempt when blocks run out, among the running sequences not scheduled in this step.
         vLLM: the newest. ``"estimated"`` (SGLang's ``retract_decode``): the fewest generated tokens
-        first, then the longest prompt; at least one, then more while the free blocks hold fewer than
-        ``RETRACT_DECODE_STEPS`` tokens for each sequence left running (never the last one)."""
+        first, then the longest prompt; at least one, then more while the free blocks cannot hold
+        the next token of every survivor still to be scheduled (never the last one)."""
         candidates = [s for s in self.running if id(s) not in scheduled]
         if self.admission != "estimated":
             return candidates[-1:]
         candidates.sort(key=lambda s: (len(s.output), -len(s.prompt)), reverse=True)   # victims last
-        bm, victims = self.block_manager, [candidates.pop()]
-        freed = self._held(victims[0])
-        left = len(self.running) - 1
-        while candidates and left > 1 and \
-                (bm.num_free_blocks + freed) * bm.block_size < left * RETRACT_DECODE_STEPS:
+        victims = [candidates.pop()]
+        free = self.block_manager.num_free_blocks + self._held(victims[0])
+        while candidates and len(self.running) - len(victims) > 1 and \
+                free < sum(self._next_token_blocks(s) for s in candidates):
             victims.append(candidates.pop())
-            freed += self._held(victims[-1])
-            left -= 1
+            free += self._held(victims[-1])
         return victims
+
+    def _next_token_blocks(self, seq: SeqState) -> int:
+        """New blocks ``seq`` needs to compute one more token (SGLang's ``check_decode_mem``)."""
+        bm = self.block_manager
+        return max(0, cdiv(seq.num_computed_tokens + 1, bm.block_size) - len(bm.block_table(seq.seq_id)))
 
     def _held(self, seq: SeqState) -> int:
         """Blocks freeing ``seq`` would give back (those no other sequence holds)."""
@@ -425,8 +429,7 @@ class Scheduler:
         maximum)."""
         decoded = sum(len(s.output) for s in self.running)
         total = sum(s.max_new_tokens for s in self.running)
-        if total:
-            self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / total)
+        self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (total + 1))
 
     # ---- moving sequences ----------------------------------------------------------------------------
     def preempt(self, seq: SeqState, count: bool = True) -> None:
