@@ -57,9 +57,19 @@ without CUDA) and loads every other module on first use.
 """
 from __future__ import annotations
 
-from . import runtime
 from .lazy import lazy_submodules
-from .runtime import DEVICE, DTYPE, env_report, print_env
+
+try:
+    from . import runtime
+    from .runtime import DEVICE, DTYPE, env_report, print_env
+except ModuleNotFoundError as error:
+    # Without torch (the site's in-browser checkers, on Pyodide) the pure-Python modules still
+    # import; reading a name of the runtime raises this same error.
+    if error.name != "torch":
+        raise
+    _NO_TORCH = {"DEVICE": "runtime", "DTYPE": "runtime", "env_report": "runtime", "print_env": "runtime"}
+else:
+    _NO_TORCH = {}
 
 __version__ = "0.1.0"
 
@@ -92,4 +102,4 @@ _SUBMODULES = {"runtime", "claims", "facts", "validation", "output", "memory", "
 
 __all__ = ["DEVICE", "DTYPE", "env_report", "print_env", "runtime", *_EXPORTS]
 
-__getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES, exports=_EXPORTS)
+__getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES, exports={**_EXPORTS, **_NO_TORCH})
