@@ -85,6 +85,16 @@ def test_eviction_frees_a_whole_leaf():
     rc.check()
 
 
+def test_trimmed_leaves_free_only_what_is_needed_from_the_end():
+    rc = RadixCache(10, page_size=1, trim_leaves=True)
+    rc.allocate("a", list(range(8)))
+    rc.free("a", list(range(8)))
+    rc.allocate("b", [100, 101, 102])                           # needs 1 more than the 2 free
+    assert rc.num_evicted_pages == 1 and rc.num_overevicted_pages == 0
+    assert rc.cached_len(list(range(8))) == 7                   # the head stays cached
+    rc.check()
+
+
 def test_same_hits_as_the_hash_chain_when_nothing_is_evicted():
     from pagedlib.sim.prefix_trace import few_shot, make_cache, multi_turn_chat, replay
     for trace in (multi_turn_chat(seed=1, sessions=6, turns=3), few_shot(seed=1, requests=40)):
@@ -185,11 +195,21 @@ class RadixMachinePaged(RadixMachine):
     page_size = 2
 
 
+class RadixMachineTrimmed(RadixMachine):
+    page_size = 2
+
+    def __init__(self):
+        super().__init__()
+        self.rc.trim_leaves = True
+
+
 TestRadixMachine = RadixMachine.TestCase
 TestRadixMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None,
                                      suppress_health_check=[HealthCheck.too_slow])
 TestRadixMachinePaged = RadixMachinePaged.TestCase
 TestRadixMachinePaged.settings = TestRadixMachine.settings
+TestRadixMachineTrimmed = RadixMachineTrimmed.TestCase
+TestRadixMachineTrimmed.settings = TestRadixMachine.settings
 
 
 def test_hash_chain_adapter_leaves_no_trace_when_refused():

@@ -22,7 +22,8 @@ The contract, as SGLang's ``RadixCache`` has it (its ``match_prefix``, ``insert`
   and a node with ``lock_ref > 0`` is never evicted;
 - :meth:`evict` frees whole leaves with ``lock_ref == 0``, the least recently used first; a parent
   left childless becomes a leaf in turn. A leaf is freed whole, so eviction can free more than
-  asked for: its granularity is a node, not a page.
+  asked for: its granularity is a node, not a page (``trim_leaves=True`` frees only what is needed,
+  from the end of the last leaf it picks, to measure what that granularity costs).
 
 On top of that, the per-sequence calls the simulator uses, named as the block manager's:
 :meth:`allocate` (match, lock, take pages for the rest, enter the prompt in the tree, as SGLang's
@@ -78,11 +79,15 @@ class RadixCache:
     """A token radix tree over a pool of ``num_pages`` pages of ``page_size`` tokens (SGLang's
     ``RadixCache`` over its token pool). ``allocate`` returns the cached prefix length, a multiple
     of ``page_size`` and at most ``len(prompt) - 1`` (the last prompt token is always computed, for
-    its logits), or raises :class:`OutOfBlocks` and changes nothing but access times."""
+    its logits), or raises :class:`OutOfBlocks` and changes nothing but access times.
 
-    def __init__(self, num_pages: int, page_size: int = 1):
+    ``trim_leaves=True`` (not SGLang's rule) makes eviction free a leaf's pages from its end, only as
+    many as needed, as a hash chain frees one block at a time, instead of the whole leaf."""
+
+    def __init__(self, num_pages: int, page_size: int = 1, *, trim_leaves: bool = False):
         self.num_pages = positive_int("num_pages", num_pages)
         self.page_size = positive_int("page_size", page_size)
+        self.trim_leaves = trim_leaves             # evict a leaf's pages from its end, only as many as needed
         self.root = RadixNode()
         self.root.lock_ref = 1                     # the root is never evicted
         self._free: deque[int] = deque(range(num_pages))
@@ -208,6 +213,12 @@ class RadixCache:
         freed = 0
         while freed < num_pages and heap:
             _, _, leaf = heapq.heappop(heap)
+            keep = len(leaf.pages) - (num_pages - freed)
+            if self.trim_leaves and keep > 0:      # cut the leaf's tail, keep its head cached
+                self._free.extend(leaf.pages[keep:])
+                freed += len(leaf.pages) - keep
+                leaf.pages, leaf.key = leaf.pages[:keep], leaf.key[:keep * self.page_size]
+                break
             parent = leaf.parent
             del parent.children[self._child_key(leaf.key)]
             self._free.extend(leaf.pages)

@@ -117,8 +117,8 @@ class HashChainCache:
 class _RadixAdapter:
     """:class:`RadixCache` behind the replay's calls (it reserves the reply at admission too)."""
 
-    def __init__(self, num_pages: int, page_size: int):
-        self.rc = RadixCache(num_pages, page_size)
+    def __init__(self, num_pages: int, page_size: int, trim_leaves: bool = False):
+        self.rc = RadixCache(num_pages, page_size, trim_leaves=trim_leaves)
 
     def allocate(self, seq_id: Hashable, token_ids: Sequence[int], num_tokens: int) -> int:
         return self.rc.allocate(seq_id, token_ids, num_tokens)
@@ -135,15 +135,15 @@ DESIGNS: dict[str, tuple[str, int]] = {
 }
 
 
-def make_cache(kind: str, pool_tokens: int, size: int):
+def make_cache(kind: str, pool_tokens: int, size: int, *, trim_leaves: bool = False):
     """A cache of ``pool_tokens`` token slots: ``"hash"`` (the block manager, blocks of ``size``) or
-    ``"radix"`` (the radix tree, pages of ``size``)."""
+    ``"radix"`` (the radix tree, pages of ``size``; ``trim_leaves`` as :class:`RadixCache` has it)."""
     if pool_tokens % size:
         raise ValueError(f"pool_tokens must be a multiple of the block size {size}; got {pool_tokens}")
     if kind == "hash":
         return HashChainCache(pool_tokens // size, size)
     if kind == "radix":
-        return _RadixAdapter(pool_tokens // size, size)
+        return _RadixAdapter(pool_tokens // size, size, trim_leaves)
     raise ValueError(f"kind must be 'hash' or 'radix'; got {kind!r}")
 
 
