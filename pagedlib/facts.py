@@ -73,6 +73,7 @@ _OLD = "2026-12-02"   # facts carried over from the boxes as last reviewed (roun
 _NOW = "2026-12-04"   # facts checked again for issue 34
 _RADIX = "2026-12-05"  # chapter 7's radix tree and scheduling facts (issue 35)
 _TODAY = "2026-12-05"  # facts checked for issue 40 (admission policies)
+_LATE = "2026-12-05"  # facts added for issue 35 (chapter 12's deployments of 2026)
 
 FACTS: tuple[Fact, ...] = (
     # ---- chapter 0: kernels
@@ -431,6 +432,21 @@ FACTS: tuple[Fact, ...] = (
          "TensorRT-LLM's paged cache takes a share of the memory left free after the weights "
          "(`free_gpu_memory_fraction`, 0.9 by default), one pool per attention window size.",
          TRTLLM_KVCONFIG, "KvCacheConfig", _NOW),
+    # ---- chapter 12: deployments of 2026
+    Fact("sglang_dp_attention", "SGLang", "v0.4 and later (`--enable-dp-attention`)",
+         "**SGLang** serves DeepSeek's MLA models with data-parallel attention (`--enable-dp-attention`, "
+         "usually with `--dp` equal to `--tp`): each GPU runs attention for its own requests and keeps "
+         "only their latent cache, while the MoE layers stay split over the GPUs. Under plain tensor "
+         "parallelism every GPU would keep a copy of the same latent cache, since MLA has a single KV "
+         "head.",
+         "https://lmsys.org/blog/2024-12-04-sglang-v0-4/", "SGLang v0.4 release blog (LMSYS)", _LATE),
+    Fact("blackwell_gpus", "NVIDIA Blackwell", "datasheets: DGX B200, GB200 NVL72, HGX B300",
+         "NVIDIA's Blackwell GPUs serve most new deployments: a **B200** has 180 GB of HBM3e (a DGX "
+         "B200: 1,440 GB and 64 TB/s over 8 GPUs), a **GB200** 186 GB (a GB200 NVL72 rack: 13.4 TB "
+         "and 576 TB/s over 72 GPUs) and a Blackwell Ultra **B300** 288 GB (HGX B300: 2.3 TB over 8), "
+         "each about 8 TB/s, against an H200's 141 GB and 4.8 TB/s.",
+         "https://www.nvidia.com/en-us/data-center/gb200-nvl72/", "NVIDIA GB200 NVL72, DGX B200 and "
+         "HGX B300 pages", _LATE),
 )
 
 #: The facts each chapter's "In production today" box shows, in order (chapter number -> keys).
@@ -452,7 +468,8 @@ BOXES: dict[str, tuple[str, ...]] = {
            "flashinfer_mixed"),
     "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "sglang_new_token_ratio",
            "sglang_retract_decode", "trtllm_inflight", "trtllm_guaranteed_no_evict", "disaggregated"),
-    "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction"),
+    "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction", "sglang_dp_attention",
+           "blackwell_gpus"),
     "13": ("vllm_offloading_connector", "kv_offload", "vllm_kv_connectors", "mooncake", "sglang_router",
            "vllm_stack_load_aware", "llmd_paths", "dynamo_parts"),
 }

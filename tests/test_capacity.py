@@ -3,7 +3,7 @@ import pytest
 
 import pagedlib
 from pagedlib.memory.capacity import (GPU_MEMORY_UTILIZATION, GiB, KiB, MODELS, GPUS, ModelSpec, blocks_for_gpu,
-                               blocks_for, usable_memory)
+                               blocks_for, gpu_spec, kv_budget, requests_per_group, usable_memory)
 
 SEED = [512, 37, 1900, 128, 4]
 
@@ -144,7 +144,7 @@ def test_one_memory_utilisation_rule():
     with pytest.raises(ValueError, match="utilization"):
         usable_memory("T4", 0)
     with pytest.raises(KeyError, match="unknown GPU"):
-        usable_memory("B300")
+        usable_memory("Z9000")
 
 
 def test_blocks_for_gpu_follows_the_engine_formula():
@@ -167,7 +167,7 @@ def test_blocks_for_gpu_errors():
     with pytest.raises(KeyError, match="unknown model"):
         blocks_for_gpu("gpt-5", "T4")
     with pytest.raises(KeyError, match="unknown GPU"):
-        blocks_for_gpu("gpt2", "B300")
+        blocks_for_gpu("gpt2", "Z9000")
     with pytest.raises(ValueError, match="utilization"):
         blocks_for_gpu("gpt2", "T4", utilization=1.5)
     with pytest.raises(ValueError, match="block_size must be a positive integer number of tokens"):
@@ -318,3 +318,54 @@ def test_modern_configs_are_the_published_ones():
         assert (s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.max_len) == shape, name
     # gpt-oss ships MXFP4 experts: its weights are its checkpoint's size, far below 2 bytes a parameter
     assert MODELS["gpt-oss-120b"].weights_bytes < MODELS["gpt-oss-120b"].num_params
+
+
+# ---- Blackwell GPUs and data-parallel attention (chapter 12) -------------------------------------
+def test_unknown_gpu_names_in_the_tests_are_really_unknown():
+    # a test that expects "unknown GPU" must use a name no table holds (B300 is a real row now)
+    with pytest.raises(KeyError, match="unknown GPU 'Z9000'"):
+        gpu_spec("Z9000")
+    assert gpu_spec("B300").sold_as == "288 GB"
+
+
+def test_blackwell_rows_follow_the_datasheets_and_the_b200_measurement():
+    from pagedlib.memory.capacity import BLACKWELL_GPUS, PEAK_BANDWIDTH_GBS
+    assert set(BLACKWELL_GPUS) == {"B200", "GB200", "B300"} and not set(BLACKWELL_GPUS) & set(GPUS)
+    assert round(BLACKWELL_GPUS["B200"].memory_gib, 2) == 178.35          # CUDA's total, pytorch/ao#4002
+    for gpu in BLACKWELL_GPUS.values():
+        sold = float(gpu.sold_as.split()[0])
+        assert gpu.nvidia_smi_mib is None
+        # NVIDIA's HBM "GB" is about a GiB, of which the driver keeps about 1%
+        assert 0.98 * sold < gpu.memory_gib < sold, gpu.name
+        assert PEAK_BANDWIDTH_GBS[gpu.name] == 8000
+    assert usable_memory("B300") == int(BLACKWELL_GPUS["B300"].memory_bytes * 0.92)
+
+
+def test_dp_attention_keeps_each_requests_whole_cache_on_one_gpu():
+    ds = MODELS["deepseek-v3"]
+    tp = ds.replace(tensor_parallel_size=8)
+    dp = tp.replace(dp_attention=True)
+    # MLA: one latent per token and layer, the same bytes on a GPU either way
+    assert tp.kv_bytes_per_token == dp.kv_bytes_per_token == ds.kv_bytes_per_token == 61 * 576 * 2
+    # the attention weights are whole on every GPU under DP attention, the rest still split
+    assert dp.weights_bytes == -(-(ds.total_weights_bytes - ds.attention_weights_size) // 8) \
+        + ds.attention_weights_size
+    assert dp.weights_bytes > tp.weights_bytes
+    # per GPU fewer tokens fit (more weights), but the group holds 8 different caches, not 8 copies
+    assert requests_that_fit(dp, "H200", 131_072) < requests_that_fit(tp, "H200", 131_072)
+    assert requests_per_group(tp, "H200", 131_072) == requests_that_fit(tp, "H200", 131_072) == 5
+    assert requests_per_group(dp, "H200", 131_072) == 8 * requests_that_fit(dp, "H200", 131_072) == 32
+    assert kv_budget(tp, "H200") == usable_memory("H200") - tp.weights_bytes
+
+
+def test_dp_attention_keeps_all_kv_heads_and_state_of_its_requests():
+    llama = MODELS["llama-3-70b"].replace(tensor_parallel_size=8)
+    assert llama.kv_heads_per_gpu == 1
+    with pytest.raises(ValueError, match="dp_attention needs attention_weights_size"):
+        llama.replace(dp_attention=True)
+    dp = llama.replace(dp_attention=True, attention_weights_size=10 * GiB)
+    assert dp.kv_heads_per_gpu == 8 and dp.kv_bytes_per_token == MODELS["llama-3-70b"].kv_bytes_per_token
+    hybrid = MODELS["qwen3-coder-next"]
+    two = hybrid.replace(tensor_parallel_size=2)
+    assert two.replace(dp_attention=True, attention_weights_size=GiB).state_bytes_per_seq \
+        == hybrid.state_bytes_per_seq == 2 * two.state_bytes_per_seq

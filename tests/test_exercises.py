@@ -602,3 +602,18 @@ def test_the_library_s_own_function_is_not_an_answer():
                               (ch01.requests_that_fit, pagedlib.requests_that_fit)]:
         result = exercise.check(library)
         assert result.state == INCORRECT and "pagedlib's own" in result.message, result.message
+
+
+def test_dp_attention_exercise_names_each_near_miss():
+    """ch12.dp_attention_node: tensor parallelism's count, one GPU's share, and the attention
+    weights split as under TP each get their own verdict."""
+    from pagedlib.exercises import ch12
+    from pagedlib.memory.capacity import MODELS, requests_per_group
+    spec = MODELS["deepseek-v3"].replace(tensor_parallel_size=8, dp_attention=True)
+    assert ch12.dp_attention_node.reference == requests_per_group(spec, "GB200", 131_072) == 72
+    assert ch12.dp_attention_node.check(72).state == CORRECT
+    assert "tensor parallelism" in ch12.dp_attention_node.check(10).message
+    assert "one GPU's share" in ch12.dp_attention_node.check(9).message
+    assert "attention weights" in ch12.dp_attention_node.check(80).message
+    assert "Too many" in ch12.dp_attention_node.check(100).message
+    assert "Too few" in ch12.dp_attention_node.check(40).message

@@ -124,3 +124,14 @@ def test_block_size_explorer_redraws_on_slider_change(capsys):
         block_size_explorer(SEED, start=3)
     with pytest.raises(ValueError, match="lengths must hold at least one"):
         block_size_explorer([])
+
+
+def test_plot_tp_vs_dp_attention_draws_both_counts_per_gpu():
+    counts = {"H200": (23, 152), "B300": (85, 648)}
+    fig = plots.plot_tp_vs_dp_attention(counts, seq_len=32_768, num_gpus=8)
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_ylabel() and ax.get_legend()
+    assert "32K" in ax.get_title() and [t.get_text() for t in ax.get_xticklabels()] == ["H200", "B300"]
+    heights = sorted(p.get_height() for p in ax.patches)
+    assert heights == [23, 85, 152, 648]
+    assert sorted(p.get_height() for p in ax.patches if p.get_hatch()) == [23, 85]   # TP: hatched

@@ -224,3 +224,73 @@ alpaca_waste = Exercise(
     explanation="A short request still holds a whole page: Alpaca's requests fill about half of what "
                 "they hold, which is why short workloads want small pages.",
 )
+
+
+# ---- exercise 3 (after the deployment tables): DeepSeek-V3 with data-parallel attention -----------
+
+DP_GPU, DP_LEN, DP_GPUS = "GB200", 131_072, 8
+
+
+def _deepseek(dp_attention: bool):
+    from ..memory.capacity import MODELS
+    return MODELS["deepseek-v3"].replace(tensor_parallel_size=DP_GPUS, dp_attention=dp_attention)
+
+
+def _dp_node_capacity() -> int:
+    """Sequences of DP_LEN tokens that DP_GPUS GPUs hold at once under data-parallel attention."""
+    from ..memory.capacity import requests_per_group
+    return requests_per_group(_deepseek(True), DP_GPU, DP_LEN)
+
+
+def _dp_mistakes() -> list:
+    from ..memory.capacity import kv_budget, requests_that_fit
+    tp, dp = _deepseek(False), _deepseek(True)
+    per_sequence = dp.kv_bytes(DP_LEN)
+    return [
+        (requests_that_fit(tp, DP_GPU, DP_LEN),
+         "That is tensor parallelism: every GPU keeps a copy of every sequence's latent, so the "
+         "node holds what one GPU holds. With data-parallel attention each GPU keeps its own "
+         "sequences."),
+        (requests_that_fit(dp, DP_GPU, DP_LEN),
+         f"That is one GPU's share: each of the {DP_GPUS} GPUs holds that many sequences of its own."),
+        (kv_budget(tp, DP_GPU) // per_sequence * DP_GPUS,
+         "Close: that splits the attention weights over the GPUs as tensor parallelism does. Under "
+         "data-parallel attention every GPU keeps them whole (attention_weights_size), so each GPU "
+         "has less room for the cache."),
+        (_usable_gpu_bytes() * DP_GPUS // per_sequence,
+         "That leaves out the weights: each GPU first holds its share of them, and the attention "
+         "weights whole."),
+        (Above(_dp_node_capacity()),
+         "Too many: count what one GPU holds after its weights (the attention weights whole), "
+         "rounded down to whole sequences, then the GPUs."),
+        (OTHERWISE,
+         "Too few: under data-parallel attention the GPUs do not hold copies of one another's "
+         "sequences; each holds its own."),
+    ]
+
+
+def _usable_gpu_bytes() -> int:
+    """The engine's share of one DP_GPU (capacity.usable_memory)."""
+    from ..memory.capacity import usable_memory
+    return usable_memory(DP_GPU)
+
+
+dp_attention_node = Exercise(
+    "ch12.dp_attention_node",
+    f"DeepSeek-V3 on {DP_GPUS} {DP_GPU} GPUs, served with data-parallel attention (`ModelSpec(..., "
+    "dp_attention=True)`): how many sequences of 128K tokens (131,072) keep their whole latent cache "
+    f"in the {DP_GPUS} GPUs at once? A whole number.",
+    _dp_node_capacity(),
+    mistakes=_dp_mistakes(),
+    hints=["Under data-parallel attention a sequence lives on one GPU: count what one GPU holds, "
+           "then the node holds that on each of its GPUs.",
+           "One GPU's cache budget is `kv_budget(spec, 'GB200')`: 92% of its memory less its weights, "
+           "which now include the attention weights whole. Divide by one sequence's "
+           "`spec.kv_bytes(131_072)`, round down, then multiply by the GPUs.",
+           "spec = MODELS['deepseek-v3'].replace(tensor_parallel_size=8, dp_attention=True); "
+           "kv_budget(spec, 'GB200') // spec.kv_bytes(131_072) * 8"],
+    wrong=[0, 1, 1000],
+    explanation="Each GPU keeps only its own sequences' latents: eight different caches instead "
+                "of eight copies of one, a little under 8x tensor parallelism's count (the "
+                "attention weights are whole on every GPU).",
+)

@@ -34,7 +34,7 @@ from ..validation import as_int, cdiv, nonnegative_int, positive_int
 
 __all__ = ["blocks_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan",
            "ModelSpec",
-           "MODELS", "model_spec", "requests_that_fit", "GPU", "GPUS", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
+           "MODELS", "model_spec", "requests_that_fit", "requests_per_group", "kv_budget", "GPU", "GPUS", "BLACKWELL_GPUS", "gpu_spec", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
            "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
 
@@ -238,6 +238,10 @@ class ModelSpec:
     - ``tensor_parallel_size``: the model split over that many GPUs. KV heads are sharded over them
       until there are more GPUs than KV heads, then each GPU keeps one head (replicated); an MLA latent
       is replicated on every GPU. Every byte figure of a spec is **per GPU**.
+    - ``dp_attention``: data-parallel attention over the same ``tensor_parallel_size`` GPUs (SGLang's
+      ``--enable-dp-attention``): each GPU runs attention, and keeps the cache, for its own requests
+      only (all KV heads, or the whole MLA latent), while the other layers stay sharded. The
+      attention layers' weights (``attention_weights_size`` bytes) are then whole on every GPU.
 
     ``weights_size`` is the checkpoint's size when it is not ``num_params * dtype_bytes`` (quantised
     weights). Use :meth:`replace` for variants: ``spec.replace(kv_dtype_bytes=1)``.
@@ -258,6 +262,8 @@ class ModelSpec:
     state_bytes_per_layer: int = 0
     tensor_parallel_size: int = 1
     weights_size: int | None = None
+    attention_weights_size: int = 0
+    dp_attention: bool = False
 
     def __post_init__(self):
         if self.kv_dtype_bytes is not None and not self.kv_dtype_bytes > 0:
@@ -272,6 +278,10 @@ class ModelSpec:
             raise ValueError(f"num_sliding_layers must be in [0, {self.num_attention_layers}] (the attention "
                              f"layers); got {self.num_sliding_layers}")
         tp, heads = self.tensor_parallel_size, self.num_kv_heads
+        if self.dp_attention and not 0 < self.attention_weights_size < self.total_weights_bytes:
+            raise ValueError(f"dp_attention needs attention_weights_size: the bytes of the attention "
+                             f"layers' weights (more than 0, less than all {self.total_weights_bytes:,}); "
+                             f"got {self.attention_weights_size!r}")
         if tp < 1 or (self.kv_latent_dim is None and heads % tp and tp % heads):
             raise ValueError(f"tensor_parallel_size={tp} must divide num_kv_heads={heads} or be a multiple "
                              f"of it (KV heads are sharded over the GPUs, then replicated)")
@@ -306,7 +316,10 @@ class ModelSpec:
     # -- per GPU --
     @property
     def kv_heads_per_gpu(self) -> int:
-        """KV heads one GPU keeps: sharded over ``tensor_parallel_size``, at least one (replicated)."""
+        """KV heads one GPU keeps: sharded over ``tensor_parallel_size``, at least one (replicated);
+        all of them under ``dp_attention`` (a GPU keeps its own requests' whole cache)."""
+        if self.dp_attention:
+            return self.num_kv_heads
         return max(1, self.num_kv_heads // self.tensor_parallel_size)
 
     @property
@@ -336,15 +349,30 @@ class ModelSpec:
     @property
     def state_bytes_per_seq(self) -> int:
         """Bytes of fixed state one sequence keeps on one GPU, whatever its length (hybrid models;
-        the state's heads are sharded like the KV heads)."""
-        return cdiv(self.num_state_layers * self.state_bytes_per_layer, self.tensor_parallel_size)
+        the state's heads are sharded like the KV heads, and kept whole under ``dp_attention``)."""
+        shards = 1 if self.dp_attention else self.tensor_parallel_size
+        return cdiv(self.num_state_layers * self.state_bytes_per_layer, shards)
+
+    @property
+    def total_weights_bytes(self) -> int:
+        """Bytes of all the weights: ``weights_size``, or ``num_params * dtype_bytes``."""
+        return self.num_params * self.dtype_bytes if self.weights_size is None else self.weights_size
 
     @property
     def weights_bytes(self) -> int:
-        """Bytes of the weights on one GPU: ``weights_size`` (or ``num_params * dtype_bytes``) split
-        over ``tensor_parallel_size``."""
-        total = self.num_params * self.dtype_bytes if self.weights_size is None else self.weights_size
-        return cdiv(total, self.tensor_parallel_size)
+        """Bytes of the weights on one GPU: :attr:`total_weights_bytes` split over
+        ``tensor_parallel_size``; under ``dp_attention`` the attention layers' weights are whole on
+        every GPU and only the rest is split."""
+        if self.dp_attention:
+            rest = self.total_weights_bytes - self.attention_weights_size
+            return cdiv(rest, self.tensor_parallel_size) + self.attention_weights_size
+        return cdiv(self.total_weights_bytes, self.tensor_parallel_size)
+
+    @property
+    def requests_share_gpus(self) -> bool:
+        """True when every GPU of the group holds a part of every request's cache (tensor
+        parallelism); False under ``dp_attention``, where each request lives on one GPU."""
+        return not self.dp_attention
 
     def tokens_held(self, num_tokens: int) -> int:
         """Token entries the attention layers keep for a sequence of ``num_tokens``, summed over layers:
@@ -393,8 +421,11 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
               num_sliding_layers=18, weights_size=round(60.8 * 1024 ** 3)),
     # MLA: "kv_lora_rank": 512 + "qk_rope_head_dim": 64 per token per layer; fp8 weights (1 byte a
     # parameter; scales left out)
+    # Its attention weights, per layer: q_a 7168x1536, q_b 1536x(128 heads x 192), kv_a 7168x(512+64),
+    # kv_b 512x(128 x 256), o 16384x7168, 187,107,328 parameters (norms left out), in fp8: 61 layers
+    # make 11.4 GB, which data-parallel attention keeps whole on every GPU
     ModelSpec("deepseek-v3", 61, 128, 128, 192, 671_000_000_000, 163_840, kv_latent_dim=512 + 64,
-              weights_size=671_000_000_000),
+              weights_size=671_000_000_000, attention_weights_size=61 * 187_107_328),
     # hybrid: "full_attention_interval": 4 over 48 layers, so 36 Gated DeltaNet layers, each with a
     # state of 32 value heads x 128 x 128 plus a 3-step convolution over 2x16x128 + 32x128 channels,
     # counted in bf16 (an engine may keep the recurrent state in fp32: vLLM's mamba_ssm_cache_dtype)
@@ -403,20 +434,39 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 ]}
 
 
+def kv_budget(model: "ModelSpec | str", gpu: int | str, utilization: float | None = None,
+              activation_bytes: int = 0) -> int:
+    """Bytes one GPU has left for the KV cache: the engine's share (:func:`usable_memory`) less the
+    weights on that GPU (:attr:`ModelSpec.weights_bytes`) and ``activation_bytes``; 0 when the
+    weights do not fit."""
+    spec = model_spec(model)
+    utilization = GPU_MEMORY_UTILIZATION if utilization is None else utilization
+    return max(usable_memory(gpu, utilization) - spec.weights_bytes - activation_bytes, 0)
+
+
 def requests_that_fit(model: "ModelSpec | str", gpu: int | str, seq_len: int,
                       utilization: float | None = None, activation_bytes: int = 0) -> int:
     """How many sequences of ``seq_len`` tokens keep their whole cache on ``gpu`` at once: the
-    engine's share (:func:`usable_memory`) less the weights (and ``activation_bytes``), over one
-    sequence's :meth:`ModelSpec.kv_bytes` at that length. Windows, latents, fixed state, KV dtype and
-    tensor parallelism all follow from the spec (per GPU). 0 when the weights do not fit."""
+    :func:`kv_budget` over one sequence's :meth:`ModelSpec.kv_bytes` at that length. Windows,
+    latents, fixed state, KV dtype and tensor parallelism all follow from the spec (per GPU). Under
+    tensor parallelism every GPU holds a part of each of these sequences, so the count is also the
+    group's; under ``dp_attention`` it is one GPU's (see :func:`requests_per_group`)."""
     spec = model_spec(model)
     positive_int("seq_len", seq_len, "tokens")
     if seq_len > spec.max_len:
         raise ValueError(f"seq_len={seq_len:,} is past {spec.name}'s max_len={spec.max_len:,}; "
                          f"ask for at most max_len tokens")
-    utilization = GPU_MEMORY_UTILIZATION if utilization is None else utilization
-    budget = usable_memory(gpu, utilization) - spec.weights_bytes - activation_bytes
-    return max(budget, 0) // spec.kv_bytes(seq_len)
+    return kv_budget(spec, gpu, utilization, activation_bytes) // spec.kv_bytes(seq_len)
+
+
+def requests_per_group(model: "ModelSpec | str", gpu: int | str, seq_len: int,
+                       utilization: float | None = None, activation_bytes: int = 0) -> int:
+    """Sequences of ``seq_len`` tokens the whole group of ``tensor_parallel_size`` GPUs holds at
+    once: :func:`requests_that_fit` under tensor parallelism (each sequence is spread over every
+    GPU), that many times the group size under ``dp_attention`` (each GPU holds its own)."""
+    spec = model_spec(model)
+    per_gpu = requests_that_fit(spec, gpu, seq_len, utilization, activation_bytes)
+    return per_gpu if spec.requests_share_gpus else per_gpu * spec.tensor_parallel_size
 
 
 # ---- GPUs --------------------------------------------------------------------------------------
@@ -432,7 +482,7 @@ class GPU:
     """
     name: str
     memory_bytes: int
-    nvidia_smi_mib: int
+    nvidia_smi_mib: int | None       # None: not read (the datasheet rows, BLACKWELL_GPUS)
     sold_as: str
 
     @property
@@ -465,12 +515,25 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
     GPU("H200", _gib(139.81), 143_771, "141 GB"),     # derived (see above)
 ]}
 
+# Blackwell GPUs (2025-26 deployments), from NVIDIA's datasheets (pagedlib.facts, "blackwell_gpus").
+# No nvidia-smi total is recorded for them here. The B200's usable figure is measured: 178.35 GiB,
+# the device total that CUDA reports in pytorch/ao#4002 (March 2026). NVIDIA's HBM "GB" is close to
+# a GiB (the H200's 141 GB shows as 140.4 GiB in nvidia-smi), so the GB200 and the B300 rows are
+# derived: the datasheet figure times the B200's measured ratio, 178.35 / 180.
+_B200_RATIO = 178.35 / 180
+BLACKWELL_GPUS: dict[str, GPU] = {g.name: g for g in [
+    GPU("B200", _gib(178.35), None, "180 GB"),                  # HGX/DGX B200: 8 x 180 GB
+    GPU("GB200", _gib(186 * _B200_RATIO), None, "186 GB"),      # GB200 NVL72: 13.4 TB / 72 GPUs
+    GPU("B300", _gib(288 * _B200_RATIO), None, "288 GB"),       # Blackwell Ultra: HGX B300, 2.3 TB / 8
+]}
+
 # Peak DRAM bandwidth in GB/s (vendor datasheets), by the datasheets' names: the yardstick of a
 # memory-bound kernel (chapters 8-9, pagedlib.bench.attention) and the linear step-cost model of the simulator
 # (chapter 12, pagedlib.sim.timing).
 PEAK_BANDWIDTH_GBS = {
     "T4": 320, "L4": 300, "A10G": 600, "A100 40GB": 1555, "A100 80GB": 2039,
     "H100 PCIe": 2000, "H100": 3350, "H200": 4800,
+    "B200": 8000, "GB200": 8000, "B300": 8000,   # NVIDIA: 64 TB/s per 8 GPUs, 576 TB/s per 72
 }
 # Dense fp16 tensor-core TFLOP/s (vendor datasheets), for the compute side of both.
 PEAK_FP16_TFLOPS = {"T4": 65, "A100 40GB": 312, "A100 80GB": 312, "H100": 989}
@@ -527,11 +590,18 @@ def model_spec(model: ModelSpec | str) -> ModelSpec:
     return MODELS[model]
 
 
+def gpu_spec(name: str) -> GPU:
+    """The :class:`GPU` called ``name``, in :data:`GPUS` or :data:`BLACKWELL_GPUS` (a KeyError that
+    lists the known names otherwise)."""
+    known = {**GPUS, **BLACKWELL_GPUS}
+    if name not in known:
+        raise KeyError(f"unknown GPU {name!r}; pick one of {list(known)} or pass a byte count")
+    return known[name]
+
+
 def _gpu_bytes(gpu: int | str) -> int:
     if isinstance(gpu, str):
-        if gpu not in GPUS:
-            raise KeyError(f"unknown GPU {gpu!r}; pick one of {list(GPUS)} or pass a byte count")
-        return GPUS[gpu].memory_bytes
+        return gpu_spec(gpu).memory_bytes
     if as_int(gpu) is None or gpu <= 0:
         raise ValueError(f"gpu_mem_bytes must be a positive byte count or a GPU name; got {gpu!r}")
     return gpu

@@ -18,7 +18,7 @@ from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
 from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, wrap
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_block_size", "plot_block_tables",
-           "plot_kv_memory"]
+           "plot_kv_memory", "plot_tp_vs_dp_attention"]
 
 
 def _legend_below(fig, ax, own_figure: bool, handles, fontsize=10):
@@ -283,4 +283,31 @@ def plot_kv_memory(model: ModelSpec | str = "llama-2-7b", *,
     fig.suptitle(f"{spec.name}: {per_token:,.0f} KiB of K/V per token", fontsize=12)
     left.set_title("grows with the batch", fontsize=11)
     right.set_title("and with the length", fontsize=11)
+    return fig
+
+
+def plot_tp_vs_dp_attention(counts: dict, *, seq_len: int, num_gpus: int, model: str = "DeepSeek-V3"):
+    """Sequences a group of ``num_gpus`` GPUs holds at once, under tensor parallelism and under
+    data-parallel attention, one pair of bars per GPU.
+
+    ``counts`` maps a GPU name to ``(tensor_parallel, dp_attention)`` sequence counts for the whole
+    group (:func:`pagedlib.memory.capacity.requests_per_group`).
+    """
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.9), layout="constrained")
+    names = list(counts)
+    x = np.arange(len(names))
+    tp = [counts[g][0] for g in names]
+    dp = [counts[g][1] for g in names]
+    bars_tp = ax.bar(x - 0.2, tp, 0.4, color=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
+                     label="tensor parallel: a copy per GPU")
+    bars_dp = ax.bar(x + 0.2, dp, 0.4, color=COLORS["kv"], label="DP attention: its own per GPU")
+    for bars in (bars_tp, bars_dp):
+        ax.bar_label(bars, fontsize=11, padding=2)
+    ax.set_xticks(x, names)
+    ax.set_ylabel(f"sequences on {num_gpus} GPUs")
+    ax.set_ylim(0, 1.2 * max(dp + tp))
+    ax.set_title(wrap(f"{model}, {seq_len // 1024}K tokens each: sequences that keep their "
+                      f"latent cache on {num_gpus} GPUs", fontsize=12), fontsize=12)
+    ax.legend(loc="upper left", fontsize=11, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
     return fig
