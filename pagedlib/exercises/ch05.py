@@ -4,9 +4,14 @@ FlashInfer's CSR page table, vLLM's legacy cache layout.
 Convention (see ``ch00``): each reference solution is a plain function, then the same name is rebound
 to the Exercise built from it, so a notebook calls ``ex.slot_of.check(...)``.
 """
+from __future__ import annotations
+
 import math
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError:   # the site's in-browser Python (Pyodide): the checkers of lists and
+    torch = None              # numbers load; the two tensor exercises need torch and are left out
 
 from . import AnyItem, Exercise, Item, LengthNot, Not, default_compare
 
@@ -68,27 +73,28 @@ def _gather_cases() -> list[tuple]:
             + [(cache8, table8, n) for n in (3, 9, 24)])
 
 
-gather_keys = Exercise(
-    "ch05.gather_keys",
-    "Return the first `seq_len` keys of a sequence as one contiguous tensor `[seq_len, num_kv_heads, "
-    "head_dim]`, reading them from `key_cache [num_blocks, block_size, num_kv_heads, head_dim]` through "
-    "the sequence's `block_table` (an int32 tensor of block ids).",
-    gather_keys,
-    cases=_gather_cases(),
-    hints=["Attention needs the sequence's keys in token order, wherever its pages sit; only the first "
-           "`ceil(seq_len / block_size)` entries of the block table belong to it.",
-           "Token t is in block `block_table[t // block_size]` at row `t % block_size`. A loop over the "
-           "tokens with `torch.stack` works; so does gathering whole pages at once.",
-           "`block_size = key_cache.shape[1]`, `seq_blocks = ceil(seq_len / block_size)`. Whole blocks: "
-           "`blocks = key_cache[block_table[:seq_blocks].long()]` is `[seq_blocks, block_size, kv_heads, "
-           "dim]`; `blocks.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused tail of the "
-           "last block."],
-    wrong=[lambda cache, table, n: cache.flatten(0, 1)[:n],
-           lambda cache, table, n: cache[table.long()].flatten(0, 1)],
-    diagnose=lambda got, want, args: _diagnose_gather(got, want, args[0].shape[1]),
-    explanation="Indexing the cache with the used block ids puts the pages in logical order; flattening "
-                "them and cutting at seq_len drops the unused tail of the last page.",
-)
+if torch is not None:
+    gather_keys = Exercise(
+        "ch05.gather_keys",
+        "Return the first `seq_len` keys of a sequence as one contiguous tensor `[seq_len, num_kv_heads, "
+        "head_dim]`, reading them from `key_cache [num_blocks, block_size, num_kv_heads, head_dim]` through "
+        "the sequence's `block_table` (an int32 tensor of block ids).",
+        gather_keys,
+        cases=_gather_cases(),
+        hints=["Attention needs the sequence's keys in token order, wherever its pages sit; only the first "
+               "`ceil(seq_len / block_size)` entries of the block table belong to it.",
+               "Token t is in block `block_table[t // block_size]` at row `t % block_size`. A loop over the "
+               "tokens with `torch.stack` works; so does gathering whole pages at once.",
+               "`block_size = key_cache.shape[1]`, `seq_blocks = ceil(seq_len / block_size)`. Whole blocks: "
+               "`blocks = key_cache[block_table[:seq_blocks].long()]` is `[seq_blocks, block_size, kv_heads, "
+               "dim]`; `blocks.flatten(0, 1)[:seq_len]` puts them end to end and drops the unused tail of the "
+               "last block."],
+        wrong=[lambda cache, table, n: cache.flatten(0, 1)[:n],
+               lambda cache, table, n: cache[table.long()].flatten(0, 1)],
+        diagnose=lambda got, want, args: _diagnose_gather(got, want, args[0].shape[1]),
+        explanation="Indexing the cache with the used block ids puts the pages in logical order; flattening "
+                    "them and cutting at seq_len drops the unused tail of the last page.",
+    )
 
 
 def _diagnose_gather(got, want, block_size: int) -> str | None:
@@ -119,7 +125,7 @@ def block_table_to_csr(block_tables: tuple, seq_lens: tuple, block_size: int) ->
 
 def _as_lists(answer):
     """Tensors and tuples in an answer become plain lists, so either kind is accepted."""
-    if isinstance(answer, torch.Tensor):
+    if torch is not None and isinstance(answer, torch.Tensor):
         return answer.tolist()
     if isinstance(answer, (list, tuple)):
         return [_as_lists(a) for a in answer]
@@ -318,24 +324,25 @@ def _diagnose_legacy(got, want, args) -> str | None:
             "as (head_dim // x) * x, the x axis fastest.")
 
 
-legacy_key_to_nhd = Exercise(
-    "ch05.legacy_key_to_nhd",
-    "vLLM's legacy CUDA kernel stored keys as `[num_blocks, num_kv_heads, head_dim // x, block_size, "
-    "x]`. Convert such a key cache to this course's layout `[num_blocks, block_size, num_kv_heads, "
-    "head_dim]`.",
-    legacy_key_to_nhd,
-    cases=_legacy_cases(),
-    diagnose=_diagnose_legacy,
-    hints=["The same numbers, another order: the slot axis (block_size) must come right after the "
-           "block axis, and head_dim is split in two axes, head_dim // x then x.",
-           "Reorder the axes with `permute` to [num_blocks, block_size, num_kv_heads, head_dim // x, x], "
-           "then merge the last two with `reshape`.",
-           "`key_cache_legacy.permute(0, 3, 1, 2, 4).reshape(num_blocks, block_size, num_kv_heads, "
-           "head_dim)`."],
-    wrong=[lambda c: c.reshape(c.shape[0], c.shape[3], c.shape[1], c.shape[2] * c.shape[4]),
-           lambda c: c.permute(0, 3, 1, 4, 2).reshape(c.shape[0], c.shape[3], c.shape[1],
-                                                      c.shape[2] * c.shape[4])],
-    explanation="Element (block, slot, head, d) sits at [block, head, d // x, slot, d % x] in the "
-                "legacy layout; the permute puts slot before head and the reshape joins d // x and d % x.",
-)
+if torch is not None:
+    legacy_key_to_nhd = Exercise(
+        "ch05.legacy_key_to_nhd",
+        "vLLM's legacy CUDA kernel stored keys as `[num_blocks, num_kv_heads, head_dim // x, block_size, "
+        "x]`. Convert such a key cache to this course's layout `[num_blocks, block_size, num_kv_heads, "
+        "head_dim]`.",
+        legacy_key_to_nhd,
+        cases=_legacy_cases(),
+        diagnose=_diagnose_legacy,
+        hints=["The same numbers, another order: the slot axis (block_size) must come right after the "
+               "block axis, and head_dim is split in two axes, head_dim // x then x.",
+               "Reorder the axes with `permute` to [num_blocks, block_size, num_kv_heads, head_dim // x, x], "
+               "then merge the last two with `reshape`.",
+               "`key_cache_legacy.permute(0, 3, 1, 2, 4).reshape(num_blocks, block_size, num_kv_heads, "
+               "head_dim)`."],
+        wrong=[lambda c: c.reshape(c.shape[0], c.shape[3], c.shape[1], c.shape[2] * c.shape[4]),
+               lambda c: c.permute(0, 3, 1, 4, 2).reshape(c.shape[0], c.shape[3], c.shape[1],
+                                                          c.shape[2] * c.shape[4])],
+        explanation="Element (block, slot, head, d) sits at [block, head, d // x, slot, d % x] in the "
+                    "legacy layout; the permute puts slot before head and the reshape joins d // x and d % x.",
+    )
 
