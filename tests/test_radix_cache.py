@@ -124,6 +124,12 @@ def test_chat_turns_wait_for_their_previous_turn():
         assert all(r.after is None or where[r.after] < where[r.rid] for r in trace)
 
 
+def test_a_pool_too_small_for_one_request_is_named():
+    from pagedlib.sim.prefix_trace import make_cache, multi_turn_chat, replay
+    with pytest.raises(ValueError, match="larger pool"):
+        replay(multi_turn_chat(seed=0), make_cache("radix", 64, 1))
+
+
 def test_traces_are_seeded():
     from pagedlib.sim.prefix_trace import few_shot, multi_turn_chat
     assert multi_turn_chat(seed=3) == multi_turn_chat(seed=3) != multi_turn_chat(seed=4)

@@ -207,9 +207,10 @@ def replay(trace: Sequence[TraceRequest], cache, max_running: int = 8, policy: s
             continue
         try:
             h = cache.allocate(nxt.rid, nxt.prompt, len(nxt.prompt) + len(nxt.reply))
-        except OutOfBlocks:
+        except OutOfBlocks as exc:
             if not running:
-                raise
+                raise ValueError(f"request {nxt.rid} needs {len(nxt.prompt) + len(nxt.reply)} token slots "
+                                 "but does not fit in the empty pool; give the cache a larger pool") from exc
             finish_oldest()
             continue
         waiting.remove(nxt)
