@@ -318,6 +318,12 @@ FACTS: tuple[Fact, ...] = (
          "forward pass, which is captured as **CUDA graphs** for a set of batch sizes and replayed.",
          "https://github.com/vllm-project/vllm/pull/31998", "vllm-project/vllm#31998", _NOW,
          contradicted_by=(r"With\s+`--async-scheduling` it plans",)),
+    Fact("vllm_cudagraph_sizes", "vLLM", "main (`VllmConfig._set_cudagraph_sizes`)",
+         "vLLM captures CUDA graphs by default for the batch sizes 1, 2, 4, every multiple of 8 below 256 "
+         "and every multiple of 16 from 256 up to `max_cudagraph_capture_size` (by default "
+         "min(2 x `max_num_seqs`, 512)); a step runs in the smallest captured graph that holds its "
+         "tokens, padded up to that size.",
+         VLLM + "vllm/config/vllm.py", "vllm/config/vllm.py", "2026-12-05"),
     Fact("sglang_scheduling", "SGLang", "main",
          "**SGLang** cuts prompts at `--chunked-prefill-size` and runs a prefill (extend) batch or a "
          "decode batch per step, mixing them only with `--enable-mixed-chunk`; it admits by an estimate "
@@ -370,7 +376,7 @@ FACTS: tuple[Fact, ...] = (
          "`vllm.LLM.generate` without sampling parameters takes the model's `generation_config` "
          "(`get_default_sampling_params`), and samples with temperature 1.0 only where the model gives none.",
          VLLM + "vllm/entrypoints/llm.py", "vllm/entrypoints/llm.py", _NOW,
-         used_in=("10",),
+         used_in=("10b",),
          contradicted_by=(r"vLLM samples by default \(temperature 1\.0\)",)),
     # ---- chapter 12: capacity at scale
     Fact("vllm_sizing", "vLLM", "v0.21 and later",
@@ -449,7 +455,8 @@ FACTS: tuple[Fact, ...] = (
          "HGX B300 pages", _LATE),
 )
 
-#: The facts each chapter's "In production today" box shows, in order (chapter number -> keys).
+#: The facts each chapter's "In production today" box shows, in order (chapter number -> keys; a
+#: notebook's chapter is its name up to the first underscore: "10b" for 10b_beside_other_engines).
 BOXES: dict[str, tuple[str, ...]] = {
     "00": ("vllm_backends", "kernel_libraries"),
     "01": ("vllm_hybrid_cache", "kv_cache_dtype", "vllm_gpu_memory_utilization"),
@@ -466,6 +473,7 @@ BOXES: dict[str, tuple[str, ...]] = {
     "09": ("vllm_write_and_step", "vllm_unified_grid", "fa3_varlen", "flashinfer_pod"),
     "10": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
            "flashinfer_mixed"),
+    "10b": ("vllm_async_scheduling", "sglang_scheduling", "vllm_cudagraph_sizes", "vllm_v1_step"),
     "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "sglang_new_token_ratio",
            "sglang_retract_decode", "trtllm_inflight", "trtllm_guaranteed_no_evict", "disaggregated"),
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction", "sglang_dp_attention",
@@ -480,7 +488,7 @@ REFERENCES: dict[str, str] = {
        for ch in ("00", "01", "02", "03", "04")},
     **{ch: "chapters-5-to-7-page-tables-sharing-prefix-caching" for ch in ("05", "06", "07")},
     **{ch: "the-gpu-primer-and-chapters-8-9-kernels" for ch in ("08", "09")},
-    "10": "chapter-10-a-serving-engine",
+    **{ch: "chapter-10-a-serving-engine" for ch in ("10", "10b")},
     **{ch: "chapters-11-and-12-scheduling-and-capacity-at-scale" for ch in ("11", "12")},
     "13": "chapter-13-beyond-one-engine",
 }

@@ -238,6 +238,10 @@ CHAPTERS = {
                           "token with transformers; real chats with SmolLM2 on a CPU; the API next "
                           "to vLLM's", "chapters 4, 5 and 8", "optional (a CPU serves random "
                           "models and the real SmolLM2 chat model)", ["engine/", "models/"]),
+    "10b_beside_other_engines": ("pagedlib against transformers' continuous batching on a CPU "
+                                 "and a GPU; its API next to vLLM's", "chapter 10",
+                                 "optional (the measurements are stored; vLLM needs one)",
+                                 ["bench/peer.py", "bench/engine.py"]),
     "11_scheduling": ("chunked prefill, TTFT and TPOT, the paper's Figure 12 and its knees, "
                       "simulated", "chapter 10", CPU_OK, ["engine/scheduler.py", "sim/"]),
     "12_capacity_at_scale": ("the PagedAttention paper's Figure 2 and Figure 13, simulated",
@@ -275,10 +279,15 @@ def chapter_facts(nb_path: Path, nb) -> str | None:
 README_START, README_END = "<!-- chapters: written by scripts/sync_notebooks.py -->", "<!-- /chapters -->"
 
 
+def chapter_of(nb_path: Path) -> str:
+    """A notebook's chapter, its name up to the first underscore ("07", "10b")."""
+    return nb_path.stem.split("_", 1)[0]
+
+
 def sync_production_box(nb_path: Path, nb) -> list[str]:
     """Write the chapter's "In production today" box from pagedlib.facts; return the drift found."""
     from pagedlib import facts
-    chapter = nb_path.name[:2]
+    chapter = chapter_of(nb_path)
     if chapter not in facts.BOXES:
         return []
     marked = [cell for cell in nb.cells if cell.cell_type == "markdown" and facts.BOX_START in cell.source]
@@ -316,7 +325,7 @@ def sync_references(write: bool) -> list[str]:
 
 def readme_table() -> str:
     rows = ["| # | Chapter | Colab |", "|---|---------|-------|"]
-    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         number, _, title = nb.cells[0].source.split("\n")[0].lstrip("# ").partition(". ")
         what = CHAPTERS[path.stem][0]
@@ -348,7 +357,7 @@ AUDIENCE = ("programmers who know Python and want to see how LLM serving engines
 def course_minutes() -> dict[str, int]:
     """Each chapter's time in minutes, as its header line states it (``minutes``)."""
     return {path.stem: minutes(nbformat.read(path, as_version=4))
-            for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if path.stem in CHAPTERS}
+            for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")) if path.stem in CHAPTERS}
 
 
 def landing_card() -> str:
@@ -356,7 +365,7 @@ def landing_card() -> str:
     all (the sum of the chapters' header lines) and which chapters use a GPU when there is one."""
     times = course_minutes()
     hours = sum(times.values()) / 60
-    gpu = [str(int(stem[:2])) for stem in times if CHAPTERS[stem][2] != CPU_OK]
+    gpu = [chapter_of(Path(stem)).lstrip("0") or "0" for stem in times if CHAPTERS[stem][2] != CPU_OK]
     gpu_text = ", ".join(gpu[:-1]) + " and " + gpu[-1] if len(gpu) > 1 else "".join(gpu)
     rows = [
         ("For", AUDIENCE + "."),

@@ -54,8 +54,26 @@ def test_chapter_7_asks_about_vllms_eviction_order_too():
     assert any("ex.evicted_prefix_v1.check" in s for s in sources)
 
 
-def test_the_collapsed_tangents_are_collapsed():
+def test_chapter_10_keeps_one_paragraph_and_the_figure_of_the_comparison():
     ch10 = _cells("10_serving_engine.ipynb")
+    assert not any("peer.compare(" in c.source or "vllm.LLM(" in c.source or "peer.measured(models" in c.source
+                   for c in ch10), "the benchmark against transformers and vLLM lives in chapter 10b"
+    assert sum("lead_by_requests(" in c.source for c in ch10) == 1
+    assert any("10b_beside_other_engines" in c.source for c in ch10 if c.cell_type == "markdown")   # a link
+
+
+def test_chapter_10b_compares_with_vllm_in_a_list_that_fits_a_phone():
+    cells = _cells("10b_beside_other_engines.ipynb")
+    markdown = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert "<dl" in markdown and "| pagedlib | vLLM |" not in markdown      # no wide table
+    assert all(len(code) <= 40 for code in re.findall(r"<code>(.*?)</code>", markdown)), \
+        "a long code span cannot wrap in a phone's column"
+    outputs = "".join(o.get("text", "") for c in cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "nothing to show" not in outputs and "not run here" not in outputs
+
+
+def test_the_collapsed_tangents_are_collapsed():
+    ch10 = _cells("10b_beside_other_engines.ipynb")      # chapter 10's comparison, on a page of its own
     live = next(c for c in ch10 if "peer.compare(" in c.source)
     assert "hide-cell" in live.metadata.get("tags", [])
     assert any(c.cell_type == "markdown" and c.source.startswith("<details>") and "near-ties" in c.source

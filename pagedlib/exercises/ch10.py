@@ -1,5 +1,5 @@
 """Chapter 10 exercises: the slots of one mixed step; which request the scheduler preempts; how
-many steps a workload takes.
+many steps a workload takes; and chapter 10b's: the padding rows of a CUDA graph.
 
 All follow the scheduler of :mod:`pagedlib.engine.scheduler` (first come, first served, admission on demand,
 preemption of the newest running request by recompute). The notebook checks the answers against
@@ -138,4 +138,37 @@ num_steps = Exercise(
            lambda n, out, k: n * out],
     explanation="Each wave of max_num_seqs requests runs output_len steps (its prefill step already "
                 "samples the first token), and the next wave starts only when it is done.",
+)
+
+
+# ---- exercise 4 (chapter 10b): the padding of a CUDA graph -------------------------------------------
+
+def _graph_padding(rows: int = 250) -> int:
+    """The padding rows of a step of ``rows`` (8 to 256) under vLLM's default capture sizes: below 256
+    they are the multiples of 8, and 256 itself is captured (the rule itself, for every size:
+    ``pagedlib.sim.cuda_graphs``; its test checks the two agree). Plain Python, for the site."""
+    return -rows % 8
+
+
+graph_padding = Exercise(
+    "ch10.graph_padding",
+    "vLLM captures CUDA graphs for the batch sizes 1, 2, 4, every multiple of 8 below 256, then every "
+    "multiple of 16 from 256 up to 512 (`max_num_seqs` 256). A decode step of 250 requests runs in "
+    "the smallest captured graph that holds it. How many padding rows does that graph compute? An "
+    "integer.",
+    _graph_padding(),
+    mistakes=[(2, "248 is the multiple of 8 nearest to 250, but it is too small: a step is padded UP "
+                  "to a size that holds all its rows."),
+              (0, "250 is not a captured size: the sizes below it go up in steps of 8."),
+              (256, "That is the size the step runs at; the question asks how many of its rows are "
+                    "padding."),
+              (22, "272 holds 250, but so does a smaller captured size: the coarser sizes start right "
+                   "where the steps of 8 end.")],
+    hints=["A graph replays fixed shapes: the step's rows are padded up to the smallest captured "
+           "size that is at least as large.",
+           "List the captured sizes around 250: multiples of 8 up to 248, then 256, 272, ...",
+           "250 runs at 256: the padding is 256 - 250."],
+    wrong=[2, 0, 256, 22],
+    explanation="The step runs in the graph of 256 rows, so 6 of them are padding; below 256 the "
+                "sizes are 8 apart, so a decode step never pads more than 7 rows there (3 rows below 8).",
 )

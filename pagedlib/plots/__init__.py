@@ -17,5 +17,6 @@ from .sharing import *  # noqa: F401,F403
 from .paging import *  # noqa: F401,F403
 from .cluster import *  # noqa: F401,F403
 from .radix import *  # noqa: F401,F403
+from .steps import *  # noqa: F401,F403
 
 use_course_style()
