@@ -135,3 +135,12 @@ def test_plot_tp_vs_dp_attention_draws_both_counts_per_gpu():
     heights = sorted(p.get_height() for p in ax.patches)
     assert heights == [23, 85, 152, 648]
     assert sorted(p.get_height() for p in ax.patches if p.get_hatch()) == [23, 85]   # TP: hatched
+
+
+def test_plot_snapshot_distribution_draws_every_sample_and_mark():
+    fig = plots.plot_snapshot_distribution({"a": [0.1, 0.2, 0.2], "b": [0.5, 0.6]},
+                                           marks={"five": 0.3}, xlabel="waste (%)", title="t", bins=5)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "waste (%)" and ax.get_legend() and ax.get_title() == "t"
+    assert sum(p.get_height() for p in ax.patches) == 5                 # every snapshot counted once
+    assert [line.get_xdata()[0] for line in ax.get_lines()] == [30.0]   # the mark, in percent

@@ -18,7 +18,7 @@ from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
 from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, wrap
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_block_size", "plot_block_tables",
-           "plot_kv_memory", "plot_tp_vs_dp_attention"]
+           "plot_kv_memory", "plot_tp_vs_dp_attention", "plot_snapshot_distribution"]
 
 
 def _legend_below(fig, ax, own_figure: bool, handles, fontsize=10):
@@ -309,5 +309,28 @@ def plot_tp_vs_dp_attention(counts: dict, *, seq_len: int, num_gpus: int, model:
     ax.set_title(wrap(f"{model}, {seq_len // 1024}K tokens each: sequences that keep their "
                       f"latent cache on {num_gpus} GPUs", fontsize=12), fontsize=12)
     ax.legend(loc="upper left", fontsize=11, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def plot_snapshot_distribution(samples: dict, *, marks: dict | None = None, xlabel: str, title: str,
+                               percent: bool = True, bins: int = 40):
+    """Histograms of one quantity over many snapshots of a server (one per entry of ``samples``,
+    label -> values), with vertical lines at ``marks`` (label -> value), such as the five-request
+    snapshot's figure. ``percent`` shows fractions as percentages on the x axis."""
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.9), layout="constrained")
+    scale = 100 if percent else 1
+    palette = [COLORS["padding"], COLORS["kv"], COLORS["tail"], COLORS["shared"]]
+    values = np.concatenate([np.asarray(v, dtype=float) for v in samples.values()]) * scale
+    edges = np.linspace(values.min(), values.max(), bins + 1) if values.max() > values.min() else bins
+    for colour, (label, v) in zip(palette, samples.items()):
+        ax.hist(np.asarray(v, dtype=float) * scale, bins=edges, color=colour, alpha=0.75, label=label)
+    for style, (label, value) in zip(["--", ":", "-."], (marks or {}).items()):
+        ax.axvline(value * scale, color="black", ls=style, lw=1.5, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("snapshots")
+    ax.set_ylim(0, 1.35 * ax.get_ylim()[1])          # room for the legend above the bars
+    ax.set_title(wrap(title, fontsize=12), fontsize=12)
+    ax.legend(fontsize=10, loc="upper left", frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return fig

@@ -2,8 +2,9 @@
 
 ``Workload.sharegpt(n, seed)`` and ``Workload.alpaca(n, seed)`` draw lengths from the histograms of
 the PagedAttention paper's Figure 11 (``pagedlib/data/*_lengths.csv``; see its README for the source
-and how the bars were read). A length is drawn by picking a bar with probability equal to its area,
-then a point uniformly inside the bar, rounded to a whole token. Input and output are drawn
+and how the bars were read), through :func:`pagedlib.memory.real_lengths.draw_requests`. A length is
+drawn by picking a bar with probability equal to its area, then a point uniformly inside the bar,
+rounded to a whole token. Input and output are drawn
 independently: the histograms are marginals, so any correlation between them in the real data sets is
 lost. The paper's benchmark dropped requests with ``prompt + output > max_len``, so in its data a long
 prompt comes with a short output; to keep that (and the prompt histogram), a too-long output is drawn
@@ -12,43 +13,11 @@ output 334.1 vs 161.31 and 337.99 in the paper; Alpaca never exceeds 2048).
 """
 from __future__ import annotations
 
-import csv
-from functools import lru_cache
-from pathlib import Path
-
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DATASETS = ("sharegpt", "alpaca")
-
-
-@lru_cache(maxsize=None)
-def histogram(dataset: str, series: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bin_lo, bin_hi, probability of each bin) of ``series`` ("input" or "output") of ``dataset``."""
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
-    if series not in ("input", "output"):
-        raise ValueError(f"series must be 'input' or 'output'; got {series!r}")
-    with open(DATA_DIR / f"{dataset}_lengths.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["series"] == series]
-    lo = np.array([float(r["bin_lo"]) for r in rows])                       # [num_bins]
-    hi = np.array([float(r["bin_hi"]) for r in rows])                       # [num_bins]
-    mass = np.array([float(r["density"]) for r in rows]) * (hi - lo)        # [num_bins]
-    return lo, hi, mass / mass.sum()
-
-
-def shortest_length(dataset: str, series: str) -> int:
-    """The shortest length :func:`sample_lengths` can draw from this histogram (its lowest bin, rounded)."""
-    lo, _, prob = histogram(dataset, series)
-    return max(1, int(np.rint(lo[prob > 0].min())))
-
-
-def sample_lengths(dataset: str, series: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` lengths (int64, >= 1 token) drawn from one histogram of the paper's Figure 11."""
-    lo, hi, prob = histogram(dataset, series)
-    bins = rng.choice(len(prob), size=n, p=prob)                            # [n]
-    points = rng.uniform(lo[bins], hi[bins])                                # [n]
-    return np.maximum(1, np.rint(points)).astype(np.int64)
+# the one loader of the shipped length histograms (Part I uses it too); kept importable from here
+from ..memory.real_lengths import (DATA_DIR, DATASETS, draw_requests, histogram,  # noqa: F401
+                                   sample_lengths, shortest_length)
 
 
 class Workload:
@@ -85,23 +54,7 @@ class Workload:
         """Draw ``num_requests`` (prompt, output) pairs with ``prompt + output <= max_len``."""
         if num_requests < 0:
             raise ValueError(f"num_requests must be >= 0; got {num_requests}")
-        histogram(dataset, "input")               # validates the dataset name
-        min_output = shortest_length(dataset, "output")
-        shortest = shortest_length(dataset, "input") + min_output
-        if max_len < shortest:                    # the redraws below would never end
-            raise ValueError(f"max_len must be at least {shortest} tokens, the shortest {dataset} "
-                             f"request (prompt + output) the histograms can give; got {max_len}")
-        rng = np.random.default_rng(seed)
-        prompt = sample_lengths(dataset, "input", num_requests, rng)               # [num_requests]
-        too_long = prompt > max_len - min_output  # no room left for even the shortest output
-        while too_long.any():
-            prompt[too_long] = sample_lengths(dataset, "input", int(too_long.sum()), rng)
-            too_long = prompt > max_len - min_output
-        output = sample_lengths(dataset, "output", num_requests, rng)              # [num_requests]
-        too_long = prompt + output > max_len
-        while too_long.any():                     # draw those outputs again, keeping the prompts
-            output[too_long] = sample_lengths(dataset, "output", int(too_long.sum()), rng)
-            too_long = prompt + output > max_len
+        prompt, output = draw_requests(dataset, num_requests, seed, max_len)
         return cls(prompt, output, name=dataset)
 
     def __len__(self) -> int:
