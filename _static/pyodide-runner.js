@@ -47,11 +47,12 @@
   function stopWorker() {
     if (worker) worker.terminate();
     worker = null;
+    for (const job of [...pending.values()]) job.on({ type: "stopped" });    // other boxes' runs
   }
 
   let availability = null;
 
-  function request(message, onStatus) {
+  function request(message, onStatus, limitS) {
     availability = availability || available();
     return availability.then((ok) => new Promise((resolve) => {
       if (!ok) { resolve({ type: "unavailable" }); return; }
@@ -62,7 +63,7 @@
         if (data.type === "loading") onStatus("Loading Python (the first time takes a few seconds)...");
         else if (data.type === "running") {
           onStatus("Running...");
-          timer = setTimeout(() => { stopWorker(); finish({ type: "timeout" }); }, LIMIT_S * 1000);
+          timer = setTimeout(() => { finish({ type: "timeout" }); stopWorker(); }, limitS * 1000);
         } else finish(data);
       } });
       getWorker().postMessage({ id, ...message });
@@ -98,8 +99,9 @@
       clear();
       run.disabled = check.disabled = true;
       status.textContent = "Starting Python...";
+      const limitS = Number(box.dataset.limitS) || LIMIT_S;     // a test may shorten it
       request({ exercise: name, code: code.value, answer: judge ? answer : null, setup },
-              (text) => { status.textContent = text; })
+              (text) => { status.textContent = text; }, limitS)
         .then((data) => {
           run.disabled = check.disabled = false;
           if (data.type === "unavailable") {
@@ -108,9 +110,13 @@
               "(the link above) to run this exercise.";
             return;
           }
+          if (data.type === "stopped") {
+            status.textContent = "Python restarted (code in another box ran too long): press Run or Check again.";
+            return;
+          }
           if (data.type === "timeout") {
             status.textContent = "";
-            setVerdict("incorrect", `your code ran for more than ${LIMIT_S} s: is there a loop that ` +
+            setVerdict("incorrect", `your code ran for more than ${limitS} s: is there a loop that ` +
               "never ends? (Python restarts at your next Run.)");
             return;
           }

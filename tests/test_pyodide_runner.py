@@ -277,6 +277,25 @@ def test_the_code_box_works_by_keyboard_and_fits_a_phone(served, browser, width)
 
 
 @pytest.mark.slow
+def test_a_loop_that_never_ends_is_stopped_and_python_starts_again(served, browser):
+    book, origin = served
+    _offline(browser, origin)
+    browser.viewport(1400, 900)
+    browser.open(f"{origin}/notebooks/04_pages.html")
+    name = "ch04.blocks_for"
+    box = f'[data-runner-for="{name}"]'
+    _check(browser, name, "print('warm')\n", button="run")               # Python loaded
+    browser.js(f"document.querySelector('{box}').dataset.limitS = '3'")
+    got = _check(browser, name, "def my_blocks_for(n, b):\n    while True:\n        pass\n\n"
+                                "ex.blocks_for.check(my_blocks_for)\n")
+    assert got["state"] == INCORRECT and "ran for more than 3 s" in got["text"], got
+    browser.js(f"delete document.querySelector('{box}').dataset.limitS")
+    got = _check(browser, name, "def my_blocks_for(n, b):\n    return -(-n // b)\n\n"
+                                "ex.blocks_for.check(my_blocks_for)\n")
+    assert got["state"] == CORRECT, got
+
+
+@pytest.mark.slow
 def test_without_its_pyodide_files_the_site_says_so_and_shows_no_error(book, browser, tmp_path):
     from test_site import console_problems
     bare = tmp_path / "html"
