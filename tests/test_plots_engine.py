@@ -87,3 +87,16 @@ def test_lead_by_requests_draws_a_line_per_model_and_workload():
     assert list(lines[0].get_xdata()) == [1, 8, 64] and list(lines[0].get_ydata()) == [1.2, 2.1, 3.3]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "8", "16", "32", "64"]
     assert any(ln.get_linestyle() == "--" and list(ln.get_ydata()) == [2.0, 2.0] for ln in ax.get_lines())
+
+
+def test_caps_sweep_draws_a_line_per_policy_with_the_exact_cap_first():
+    from pagedlib.plots.engine import caps_sweep
+    rows = [{"cap": c, "admission": a, "tokens_per_s": t, "goodput": t / 100, "itl_p99_s": 0.1}
+            for c in (None, 2048, 4096) for a, t in (("on_demand", 480), ("guaranteed", 400 if c is None
+                                                                               else 2e5 / c))]
+    fig = caps_sweep(rows)
+    assert len(fig.axes) == 3 and all(len(ax.lines) == 2 for ax in fig.axes)
+    assert list(fig.axes[0].lines[1].get_ydata()) == [400, 2e5 / 2048, 2e5 / 4096]
+    assert [t.get_text() for t in fig.axes[2].get_xticklabels()] == ["= reply", "2,048", "4,096"]
+    with pytest.raises(ValueError, match="rows must each have"):
+        caps_sweep([{"admission": "x"}])

@@ -39,3 +39,16 @@ def test_outputs_are_the_engines_and_the_clock_follows_the_model():
     p = run.percentiles()
     assert p["ttft_p50_s"] == p["ttft_p99_s"] == 1.0 and p["itl_p99_s"] == 1.0
     assert run.tokens_per_s == pytest.approx(13 / 9)
+
+
+def test_a_request_with_samples_has_one_token_time_per_step_and_all_its_samples_output():
+    """n > 1: the request's times count a step in which any sample produced a token (the engine's
+    rule), its output is its samples' outputs, and throughput counts every sample's tokens."""
+    clock = StepTime(weights_s=1.0, per_kv_token_s=0.0, per_prefill_token_s=0.0)
+    prompt = requests()[0][1]
+    params = SamplingParams(max_new_tokens=4, n=3, temperature=1.0, seed=5)
+    run = serve(LLM(model(), num_blocks=32, block_size=4), [(0.0, prompt, params)], clock)
+    want = LLM(model(), num_blocks=32, block_size=4).generate([prompt], [params], use_tqdm=False)[0]
+    assert run.outputs == [want] and len(want) == 3
+    assert run.token_times_s == [[1.0, 2.0, 3.0, 4.0]]      # not 3 times per step
+    assert run.tokens_per_s == pytest.approx(12 / 4)

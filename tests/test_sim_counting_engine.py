@@ -132,3 +132,33 @@ def test_no_cap_binds_unless_asked():
     assert free.avg_batch == 6 and free.finish_steps.tolist() == [2] * 6
     capped = simulate(w, "paged", kv_slots=4096, max_num_seqs=2)
     assert capped.avg_batch == 2 and capped.finish_steps.tolist() == [2, 2, 5, 5, 8, 8]
+
+
+def test_a_cap_above_the_reply_ends_it_at_eos_and_guaranteed_holds_blocks_for_the_cap():
+    """max_new_tokens (the client's cap) over output_lens (where EOS falls): every request still
+    generates its reply's length; on_demand runs as without a cap, guaranteed admits fewer at once."""
+    prompts, outputs = [8] * 6, [4] * 6
+    kw = dict(kv_slots=48, block_size=4, max_len=2048, step_time=OPT13B_A100)
+    exact = CountingEngine(prompts, outputs, np.zeros(6), **kw).run()
+    for admission in ("on_demand", "guaranteed", "estimated"):
+        capped = CountingEngine(prompts, outputs, np.zeros(6), admission=admission, max_new_tokens=32,
+                                **kw).run()
+        assert [len(s.output) for s in capped.seqs] == outputs
+        assert all(len(t) == 4 for t in capped.token_s)
+        if admission == "on_demand":
+            assert capped.steps == exact.steps and capped.token_s == exact.token_s
+    guaranteed = CountingEngine(prompts, outputs, np.zeros(6), admission="guaranteed", max_new_tokens=32,
+                                **kw).run()
+    assert guaranteed.steps > exact.steps         # 10 blocks promised each: one request at a time
+    assert guaranteed.result().output_lens.tolist() == outputs
+
+
+def test_metrics_give_the_engines_latency_records_on_the_modelled_clock():
+    clock = StepTime(weights_s=1.0, per_kv_token_s=0.0, per_prefill_token_s=0.0)
+    e = CountingEngine([4, 4], [3, 2], np.array([0.0, 0.5]), kv_slots=64, block_size=4, max_len=64,
+                       step_time=clock).run()
+    m = e.metrics()
+    assert [r.ttft_s for r in m.requests] == [1.0, 1.5]    # the second joins at 1 s, samples at 2 s
+    assert [r.itl_s for r in m.requests] == [[1.0, 1.0], [1.0]]
+    assert m.elapsed_s == 3.0 and m.tokens_generated == 5
+    assert m.met_slo(ttft_slo_s=1.0, tpot_slo_s=1.0) == 1 and m.goodput(1.0, 1.0) == pytest.approx(1 / 3)

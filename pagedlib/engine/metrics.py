@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["EngineMetrics", "RequestMetrics", "StepRecord", "ReservedStepRecord", "MetricsRecorder",
-           "percentile"]
+           "percentile", "request_record"]
 
 
 def percentile(values, q: float) -> float:
@@ -133,6 +133,22 @@ class EngineMetrics(_ByKey):
         self.ttft_p50_s, self.ttft_p90_s, self.ttft_p99_s = (percentile(ttft, q) for q in (50, 90, 99))
         self.itl_p50_s, self.itl_p90_s, self.itl_p99_s = (percentile(itl, q) for q in (50, 90, 99))
 
+    @classmethod
+    def from_token_times(cls, arrivals, token_times, elapsed_s: float, *, num_blocks: int, block_size: int,
+                         prompt_lens=None, preemptions=None) -> "EngineMetrics":
+        """The metrics of a run known by its requests' arrival times and token times (seconds, any
+        clock: a simulator's modelled one, say): each request that produced a token, its TTFT, ITL
+        and TPOT as :class:`MetricsRecorder` records them; ``elapsed_s`` the run's length."""
+        m = cls(num_blocks=num_blocks, block_size=block_size, elapsed_s=float(elapsed_s))
+        for i, (arrival, times) in enumerate(zip(arrivals, token_times)):
+            if times:
+                m.add_request(request_record(i, float(arrival), list(times),
+                                             prompt_lens[i] if prompt_lens is not None else 0,
+                                             preemptions[i] if preemptions is not None else 0))
+        m.tokens_generated = sum(len(t) for t in token_times)
+        m.tokens_per_s = m.tokens_generated / m.elapsed_s if m.elapsed_s else 0.0
+        return m
+
     def met_slo(self, ttft_slo_s: float, tpot_slo_s: float) -> int:
         """Finished requests that met both bounds: TTFT <= ``ttft_slo_s`` and TPOT <= ``tpot_slo_s``."""
         return sum(1 for r in self.requests if r.ttft_s <= ttft_slo_s and r.tpot_s <= tpot_slo_s)
@@ -145,6 +161,16 @@ class EngineMetrics(_ByKey):
     def slo_attainment(self, ttft_slo_s: float, tpot_slo_s: float) -> float:
         """The share of finished requests that met both bounds (:meth:`met_slo`)."""
         return self.met_slo(ttft_slo_s, tpot_slo_s) / len(self.requests) if self.requests else 0.0
+
+
+def request_record(request_id: int, arrival: float, times: list[float], prompt_tokens: int,
+                   num_preemptions: int, num_cached_tokens: int = 0) -> RequestMetrics:
+    """One request's latencies from its arrival and the times its tokens came out (the one rule)."""
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return RequestMetrics(
+        request_id=request_id, prompt_tokens=prompt_tokens, output_tokens=len(times),
+        ttft_s=times[0] - arrival, tpot_s=sum(gaps) / len(gaps) if gaps else 0.0,
+        num_cached_tokens=num_cached_tokens, num_preemptions=num_preemptions, itl_s=gaps)
 
 
 class _RequestLog:
@@ -202,9 +228,7 @@ class MetricsRecorder:
         log = self._logs.pop(request_id)
         if not log.token_times:
             return
-        times = log.token_times
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        self.metrics.add_request(RequestMetrics(
-            request_id=request_id, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-            ttft_s=times[0] - log.arrival, tpot_s=sum(gaps) / len(gaps) if gaps else 0.0,
-            num_cached_tokens=log.num_cached_tokens or 0, num_preemptions=num_preemptions, itl_s=gaps))
+        record = request_record(request_id, log.arrival, log.token_times, prompt_tokens, num_preemptions,
+                                log.num_cached_tokens or 0)
+        record.output_tokens = output_tokens          # all samples' tokens (n > 1)
+        self.metrics.add_request(record)

@@ -143,3 +143,45 @@ plan_step = Exercise(
     explanation="Decodes first keeps every running request's time per output token steady; chunks let "
                 "a long prompt fill what is left of each step instead of stalling everyone.",
 )
+
+# ---- exercise 3: guaranteed admission under a max_tokens cap -----------------------------------
+
+POOL_BLOCKS, BLOCK_TOKENS, CAP_PROMPT, CAP = 4_096, 16, 500, 4_096
+
+
+def guaranteed_concurrency(pool_blocks: int, block_size: int, prompt_len: int, max_new_tokens: int) -> int:
+    """Requests that run at once under ``admission="guaranteed"`` (TensorRT-LLM's
+    ``GUARANTEED_NO_EVICT``) when each holds the blocks of its prompt plus its whole cap."""
+    per_request = -(-(prompt_len + max_new_tokens) // block_size)
+    return pool_blocks // per_request
+
+
+_CAP_MISTAKES = [
+    (POOL_BLOCKS // (CAP // BLOCK_TOKENS),
+     "That counts the cap alone: the blocks a request is promised also hold its prompt."),
+    (POOL_BLOCKS // (CAP_PROMPT // BLOCK_TOKENS + 1),
+     "That counts the prompt alone: guaranteed admission also holds blocks for every token the cap "
+     "allows, generated or not."),
+    (POOL_BLOCKS * BLOCK_TOKENS // CAP_PROMPT,
+     "That is the on-demand answer at admission (prompts only, in tokens); guaranteed counts the cap too."),
+]
+
+guaranteed_requests = Exercise(
+    "ch11.guaranteed_requests",
+    f"A pool of {POOL_BLOCKS:,} blocks of {BLOCK_TOKENS} tokens; every request has a {CAP_PROMPT}-token "
+    f"prompt and asks for max_tokens = {CAP:,}, though its reply ends (EOS) after about 300. Under "
+    "admission=\"guaranteed\", how many requests run at once?",
+    guaranteed_concurrency(POOL_BLOCKS, BLOCK_TOKENS, CAP_PROMPT, CAP),
+    mistakes=_CAP_MISTAKES,
+    hints=["Guaranteed admission promises each request every block it could ever need: its prompt plus "
+           "max_tokens, whatever it will really generate.",
+           f"Blocks per request: ceil(({CAP_PROMPT} + {CAP:,}) / {BLOCK_TOKENS}); then how many of those "
+           "fit in the pool?",
+           f"ceil({CAP_PROMPT + CAP} / {BLOCK_TOKENS}) = "
+           f"{-(-(CAP_PROMPT + CAP) // BLOCK_TOKENS)} blocks each; {POOL_BLOCKS:,} // that."],
+    wrong=[m for m, _ in _CAP_MISTAKES],
+    explanation=f"Each request is promised ceil({CAP_PROMPT + CAP} / {BLOCK_TOKENS}) = "
+                f"{-(-(CAP_PROMPT + CAP) // BLOCK_TOKENS)} blocks, so "
+                f"{guaranteed_concurrency(POOL_BLOCKS, BLOCK_TOKENS, CAP_PROMPT, CAP)} fit, though their "
+                "replies would need about 50 blocks each: the cap, not the reply, sets the batch.",
+)

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from .style import COLORS, FIGURE_WIDTH, fit, wrap
 
 __all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
-           "admission_policies", "lead_by_requests"]
+           "admission_policies", "caps_sweep", "lead_by_requests"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -248,6 +248,37 @@ def admission_policies(rows: list[dict], num_blocks: int,
     peak = axes.flat[2]
     peak.axhline(num_blocks, color="black", linestyle="--", linewidth=1)
     peak.set_title(f"dashed: the cache ({num_blocks})", fontsize=10)
+    return fit(fig)
+
+
+def caps_sweep(rows: list[dict], title: str = "Replies end at EOS; clients ask for more"):
+    """Three admission policies as the clients' ``max_tokens`` cap grows: throughput, goodput and p99
+    inter-token latency against the cap, one line per policy. ``rows``: dicts with ``admission``,
+    ``cap`` (``None``: each cap equal to its reply's length, drawn at the left as "= reply"),
+    ``tokens_per_s``, ``goodput`` and ``itl_p99_s``."""
+    _check_rows(rows, ("admission", "cap", "tokens_per_s", "goodput", "itl_p99_s"))
+    caps = sorted({r["cap"] for r in rows if r["cap"] is not None})
+    ticks = ["= reply"] + [f"{c:,}" for c in caps]
+    where = {None: 0, **{c: i + 1 for i, c in enumerate(caps)}}
+    styles = {"on_demand": (COLORS["kv"], "o", "on demand (vLLM)"),
+              "guaranteed": (COLORS["shared"], "s", "guaranteed (TRT-LLM)"),
+              "estimated": (COLORS["tail"], "^", "estimated (SGLang)")}
+    fig, axes = plt.subplots(3, 1, figsize=(FIGURE_WIDTH, 8.4), sharex=True, layout="constrained")
+    fig.suptitle(title, fontsize=12)
+    panels = (("tokens_per_s", 1.0, "tokens per second"), ("goodput", 1.0, "goodput (req/s)"),
+              ("itl_p99_s", 1e3, "p99 ITL (ms)"))
+    for ax, (key, scale, ylabel) in zip(axes, panels):
+        for policy in dict.fromkeys(r["admission"] for r in rows):
+            colour, marker, label = styles.get(policy, (COLORS["tail"], "x", policy))
+            points = sorted((where[r["cap"]], r[key] * scale) for r in rows if r["admission"] == policy)
+            ax.plot(*zip(*points), marker=marker, color=colour, label=label)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.tick_params(labelsize=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=10, loc="lower left")
+    axes[-1].set_xticks(range(len(ticks)), ticks)
+    axes[-1].set_xlabel("max_tokens each client asks for", fontsize=10)
     return fit(fig)
 
 

@@ -46,7 +46,8 @@ class ClockedRun:
     @property
     def tokens_per_s(self) -> float:
         """Generated tokens per modelled second of steps (throughput)."""
-        return sum(map(len, self.outputs)) / self.elapsed_s if self.elapsed_s else 0.0
+        tokens = sum(sum(map(len, o)) if o and isinstance(o[0], list) else len(o) for o in self.outputs)
+        return tokens / self.elapsed_s if self.elapsed_s else 0.0
 
     def percentiles(self, qs: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
         """``{"ttft_p50_s": ..., "itl_p99_s": ...}``."""
@@ -59,11 +60,13 @@ class ClockedRun:
 
 def serve(llm, requests: Sequence[tuple[float, list[int], object]], step_time: StepTime = OPT13B_A100,
           max_steps: int = 1_000_000) -> ClockedRun:
-    """Serve ``requests`` (``(arrival_s, prompt, SamplingParams)``, ``n = 1``) on ``llm`` under the
-    modelled clock; see the module docstring."""
+    """Serve ``requests`` (``(arrival_s, prompt, SamplingParams)``) on ``llm`` under the modelled
+    clock; see the module docstring. A request with ``n > 1`` samples has one token time per step in
+    which any of its samples produced a token (as the engine's metrics count it), and its output is
+    the list of its samples' outputs."""
     order = sorted(range(len(requests)), key=lambda i: requests[i][0])
     ids: dict[int, int] = {}                      # request id -> index in requests
-    seen = [0] * len(requests)                    # tokens seen so far, per request
+    seen: dict[int, int] = {}                     # tokens seen so far, per sequence (sample)
     times: list[list[float]] = [[] for _ in requests]
     outputs: list[list[int] | None] = [None] * len(requests)
     run = ClockedRun(outputs=[], arrival_s=[float(r[0]) for r in requests], token_times_s=times)
@@ -84,17 +87,15 @@ def serve(llm, requests: Sequence[tuple[float, list[int], object]], step_time: S
         seconds = step_time(kv_tokens, record.prefill_tokens)
         clock += seconds
         run.step_s.append(seconds)
+        produced = set(finished)                  # a request finishes in a step that produced its last token
         for seq in llm.scheduler.running:
-            i = ids[seq.request_id]
-            for _ in range(len(seq.output) - seen[i]):
-                times[i].append(clock)
-            seen[i] = len(seq.output)
+            if len(seq.output) > seen.get(seq.seq_id, 0):
+                produced.add(seq.request_id)
+                seen[seq.seq_id] = len(seq.output)
+        for rid in produced:
+            times[ids[rid]].append(clock)
         for rid in finished:
-            i = ids[rid]
-            outputs[i] = llm.pop_result(rid)
-            for _ in range(len(outputs[i]) - seen[i]):
-                times[i].append(clock)
-            seen[i] = len(outputs[i])
+            outputs[ids[rid]] = llm.pop_result(rid)
     else:
         raise RuntimeError(f"serve: not finished after {max_steps} steps")
     run.outputs = outputs

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..engine.request_checks import check_request
 from ..engine.sampling import SamplingParams
-from ..engine.scheduler import ScheduledStep, Scheduler, SeqState
+from ..engine.scheduler import ScheduledStep, Scheduler, SeqState, Status
 from ..memory.block_manager import BlockManager
 from .result import Meter, SimResult
 from .timing import StepTime
@@ -55,17 +55,25 @@ class CountingEngine:
     def __init__(self, prompt_lens: Sequence[int], output_lens: Sequence[int], arrivals: np.ndarray, *,
                  kv_slots: int, block_size: int, max_len: int, step_time: StepTime,
                  scheduling: str = "vllm", max_num_seqs: int | None = None,
-                 max_num_batched_tokens: int | None = None):
+                 max_num_batched_tokens: int | None = None, admission: str = "on_demand",
+                 max_new_tokens: int | Sequence[int] | None = None):
         self.kv_slots, self.max_len, self.step_time, self.arrivals = kv_slots, max_len, step_time, arrivals
         self.block_manager = BlockManager(kv_slots // block_size, block_size)
         seats = max_num_seqs if max_num_seqs is not None else max(1, len(prompt_lens))  # never binds
         # first-chunk admission, as the simulations of chapters 11 and 12 were measured (LLM's default
         # since issue 40 is vLLM's scheduler_reserve_full_isl=True)
         self.scheduler = Scheduler(self.block_manager, seats, max_num_batched_tokens, scheduling=scheduling,
-                                   scheduler_reserve_full_isl=False)
-        self.seqs = [self._checked(i, int(p), int(o))
-                     for i, (p, o) in enumerate(zip(prompt_lens, output_lens))]
-        self.kv_at_end = [len(s.prompt) + s.max_new_tokens - 1 for s in self.seqs]   # by seq_id
+                                   admission=admission, scheduler_reserve_full_isl=False)
+        # max_new_tokens: the cap each client asks for (vLLM's max_tokens); the reply then ends with
+        # its end-of-sequence token after output_lens tokens, or at the cap if that comes first.
+        # None: the cap is the reply's own length (as if every client knew it).
+        caps = output_lens if max_new_tokens is None else (
+            [max_new_tokens] * len(output_lens) if np.ndim(max_new_tokens) == 0 else max_new_tokens)
+        self.seqs = [self._checked(i, int(p), int(c))
+                     for i, (p, c) in enumerate(zip(prompt_lens, caps))]
+        self.reply_lens = [min(int(o), s.max_new_tokens) for o, s in zip(output_lens, self.seqs)]
+        self.kv_at_end = [len(s.prompt) + n - 1 for s, n in zip(self.seqs, self.reply_lens)]   # by seq_id
+        self.token_s: list[list[float]] = [[] for _ in self.seqs]   # when each token came out
         order = np.argsort(arrivals, kind="stable")
         self.pending = deque(self.seqs[i] for i in order)   # not arrived yet, by arrival time
         self.meter = Meter(kv_slots)
@@ -108,16 +116,18 @@ class CountingEngine:
         if self.measuring:
             self.meter.record_blocks(self.block_manager, sched.running, self.kv_at_end)
         kv_read = sum(s.num_computed_tokens for s in scheduled.seqs)
-        finished = []
+        sampled = []
         for seq in scheduled.seqs:
             if seq.all_computed:                   # its last token's K/V is computed: it samples
                 seq.output.append(0)
-                if len(seq.output) >= seq.max_new_tokens:
+                sampled.append(seq.seq_id)
+                if len(seq.output) >= self.reply_lens[seq.seq_id]:   # end of sequence, or the cap
                     sched.finish(seq)
-                    finished.append(seq.seq_id)
         self.clock += self.step_time(kv_read, sum(scheduled.prefill_chunks))
-        for i in finished:
-            self.finish_step[i], self.finish_s[i] = self.steps, self.clock   # its last token is out
+        for i in sampled:
+            self.token_s[i].append(self.clock)
+            if self.seqs[i].status is Status.FINISHED:
+                self.finish_step[i], self.finish_s[i] = self.steps, self.clock   # its last token is out
         self.steps += 1
         return scheduled
 
@@ -129,4 +139,15 @@ class CountingEngine:
             generated=np.array([len(s.output) for s in self.seqs], dtype=np.int64),
             finish_steps=np.array(self.finish_step, dtype=np.int64),
             latency_s=np.array(self.finish_s) - self.arrivals,
-            output_lens=np.array([s.max_new_tokens for s in self.seqs], dtype=np.int64))
+            output_lens=np.array(self.reply_lens, dtype=np.int64))
+
+    def metrics(self):
+        """The run's latencies as the engine reports them: an
+        :class:`~pagedlib.engine.metrics.EngineMetrics` of every finished request's TTFT and ITL on
+        the modelled clock (its ``goodput`` and percentiles)."""
+        from ..engine.metrics import EngineMetrics
+        return EngineMetrics.from_token_times(self.arrivals, self.token_s, self.clock,
+                                              num_blocks=self.block_manager.num_blocks,
+                                              block_size=self.block_manager.block_size,
+                                              prompt_lens=[len(s.prompt) for s in self.seqs],
+                                              preemptions=[s.num_preemptions for s in self.seqs])
