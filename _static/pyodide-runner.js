@@ -15,11 +15,12 @@
   let worker = null, nextId = 1;
   const pending = new Map();
 
+  // the messages' inline Markdown, as the value answers' box renders it (exercises.js)
   function inlineHtml(text) {
-    let out = String(text).split(/\s+/).filter(Boolean).join(" ")
-      .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-    out = out.replace(/`([^`]+)`/g, "<code>$1</code>");
-    return out.replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>");
+    if (window.pagedlibExercises) return window.pagedlibExercises.inlineHtml(text);
+    const span = document.createElement("span");
+    span.textContent = text;
+    return span.innerHTML;
   }
 
   function available() {
