@@ -463,8 +463,9 @@ BOXES: dict[str, tuple[str, ...]] = {
     "02": ("allocation_paged", "trtllm_admission", "vllm_sglang_admission", "llamacpp_slots",
            "hf_static_cache"),
     "03": ("physical_blocks", "vattention"),
-    "04": ("vllm_block_size", "sglang_page_size", "trtllm_tokens_per_block", "fa3_paged_tma",
-           "vllm_startup_log"),
+    "04": ("physical_blocks", "vllm_block_size"),
+    "04b": ("vllm_block_size", "sglang_page_size", "trtllm_tokens_per_block", "fa3_paged_tma",
+            "vllm_startup_log"),
     "05": ("vllm_kv_layout", "vllm_null_block", "flashinfer_csr", "sglang_req_to_token"),
     "06": ("vllm_parallel_sampling", "sglang_radix_sharing", "trtllm_block_reuse", "flashinfer_cascade"),
     "07": ("vllm_prefix_caching", "sglang_radix_cache", "sglang_lpm", "kv_offload", "trtllm_block_reuse",
@@ -485,7 +486,7 @@ BOXES: dict[str, tuple[str, ...]] = {
 #: Each chapter's section of book/references.md (its other sources).
 REFERENCES: dict[str, str] = {
     **{ch: "chapters-0-to-4-kernels-the-kv-cache-reservations-fragmentation-and-pages"
-       for ch in ("00", "01", "02", "03", "04")},
+       for ch in ("00", "01", "02", "03", "04", "04b")},
     **{ch: "chapters-5-to-7-page-tables-sharing-prefix-caching" for ch in ("05", "06", "07")},
     **{ch: "the-gpu-primer-and-chapters-8-9-kernels" for ch in ("08", "09")},
     **{ch: "chapter-10-a-serving-engine" for ch in ("10", "10b")},

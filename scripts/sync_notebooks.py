@@ -218,8 +218,11 @@ CHAPTERS = {
                        "chapter 1", CPU_OK, ["memory/capacity.py", "memory/allocators.py"]),
     "03_fragmentation": ("first-fit over a contiguous pool; a request refused although enough slots "
                          "are free", "chapter 2", CPU_OK, ["memory/allocators.py"]),
-    "04_pages": ("free list, block tables, waste under one page: 1.0%, 78 requests, 3.9x",
-                 "chapters 2 and 3", CPU_OK, ["memory/block_manager.py", "memory/capacity.py"]),
+    "04_pages": ("free list, block tables, waste under one page: 1.0% for five requests, a few "
+                 "percent on real (ShareGPT) traffic", "chapters 2 and 3", CPU_OK,
+                 ["memory/block_manager.py", "memory/real_lengths.py"]),
+    "04b_sizing": ("capacity (78 requests, 3.9x), the page size, capacity on real traffic, blocks per "
+                   "GPU", "chapter 4", CPU_OK, ["memory/capacity.py"]),
     "05_paged_attention": ("gather K/V through the block table: same K/V, same output; slot mapping; "
                            "CSR", "chapter 4", CPU_OK, ["attention/reference.py"]),
     "06_sharing": ("ref counts, fork, copy-on-write, beam search", "chapter 4", CPU_OK,

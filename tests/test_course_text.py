@@ -22,7 +22,7 @@ def test_the_five_request_mix_is_only_in_the_intro_chapter_2_and_chapter_4():
     mix = re.compile(r"512,\s*37,\s*1,?900,\s*128(,| and)\s*4")
     found = {p.name for p in NOTEBOOKS.glob("*.ipynb")
              if any(mix.search(c.source) for c in _cells(p.name))}
-    assert found == {"02_reserve_max.ipynb", "04_pages.ipynb"}
+    assert found == {"02_reserve_max.ipynb", "04_pages.ipynb", "04b_sizing.ipynb"}
 
 
 def test_chapter_11_does_not_lean_on_chapter_12_before_it():
@@ -44,8 +44,8 @@ def test_chapter_2_uses_reservation_in_the_papers_sense_only():
         assert whole_slot not in text
 
 
-def test_chapter_4_says_one_block_id_names_the_same_rows_in_every_layer():
-    assert "the same rows in every layer's tensor" in " ".join(_markdown("04_pages.ipynb").split())
+def test_chapter_4b_says_one_block_id_names_the_same_rows_in_every_layer():
+    assert "the same rows in every layer's tensor" in " ".join(_markdown("04b_sizing.ipynb").split())
 
 
 def test_chapter_7_asks_about_vllms_eviction_order_too():
