@@ -3,8 +3,11 @@
 (a) ``load_page``: one page of K for one K/V head, through the block table, with a mask;
 (b) ``page_scores``: the scaled scores of one query against that page, -inf past the sequence's end;
 (c) ``online_lse``: the online softmax over all of a sequence's pages (its running max and sum);
-(d) ``decode``: the whole single-query decode kernel, one program per (sequence, query head), GQA.
-Then ``bug_lengths`` (predict which sequences a buggy kernel gets wrong) and ``fix_bug`` (fix it).
+(d) ``decode``: the whole single-query decode kernel, one program per (sequence, query head), GQA;
+(f) ``group_decode``: the library's decode, one program per (sequence, K/V head), the GQA group as
+    the rows of one tile and both products as ``tl.dot``.
+Then ``bug_lengths`` (predict which sequences a buggy kernel gets wrong) and ``fix_bug`` (fix it),
+which the chapter places as exercise (e) before (f).
 
 Each kernel exercise launches the learner's ``@triton.jit`` kernel on a few small cases and compares
 it with PyTorch (see ``kernel_checks``). Convention (see ``ch00``): each reference kernel is defined
@@ -94,30 +97,13 @@ def _diagnose_page(got: torch.Tensor, case: KernelCase) -> str | None:
     return None
 
 
-@triton.jit
-def _load_page_unmasked(out, key_cache, block_table, seq_len, page, kv_head,
-                        stride_block, stride_token, stride_head,
-                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    block = tl.load(block_table + page)
-    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
-    ptrs = rows[:, None] + dims[None, :]
-    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :],
-             tl.load(key_cache + ptrs))                 # no mask: reads NaN slots
+_load_page_unmasked = variant(          # no mask: reads the NaN slots past the end
+    load_page_kernel, "keys = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)",
+    "keys = tl.load(key_cache + ptrs)")
 
 
-@triton.jit
-def _load_page_no_table(out, key_cache, block_table, seq_len, page, kv_head,
-                        stride_block, stride_token, stride_head,
-                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    valid = page * BLOCK_SIZE + offsets < seq_len
-    rows = page * stride_block + offsets * stride_token + kv_head * stride_head
-    ptrs = rows[:, None] + dims[None, :]
-    keys = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-    tl.store(out + offsets[:, None] * HEAD_DIM + dims[None, :], keys)
+_load_page_no_table = variant(          # the logical page used as a block: no block table
+    load_page_kernel, "rows = block * stride_block", "rows = page * stride_block")
 
 
 load_page = KernelExercise(
@@ -184,36 +170,11 @@ def _diagnose_scores(got: torch.Tensor, case: KernelCase) -> str | None:
     return None
 
 
-@triton.jit
-def _scores_zero_past_end(out, query, key_cache, block_table, seq_len, page, kv_head,
-                          scale, stride_block, stride_token, stride_head,
-                          BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + dims).to(tl.float32)
-    block = tl.load(block_table + page)
-    valid = page * BLOCK_SIZE + offsets < seq_len
-    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
-    ptrs = rows[:, None] + dims[None, :]
-    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-    tl.store(out + offsets, s)                          # 0 past the end, not -inf
+_scores_zero_past_end = variant(        # 0 past the end, not -inf
+    page_scores_kernel, 'tl.where(valid, s, float("-inf"))', "s")
 
 
-@triton.jit
-def _scores_unscaled(out, query, key_cache, block_table, seq_len, page, kv_head, scale,
-                     stride_block, stride_token, stride_head,
-                     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + dims).to(tl.float32)
-    block = tl.load(block_table + page)
-    valid = page * BLOCK_SIZE + offsets < seq_len
-    rows = block * stride_block + offsets * stride_token + kv_head * stride_head
-    ptrs = rows[:, None] + dims[None, :]
-    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1)                # forgot * scale
-    tl.store(out + offsets, tl.where(valid, s, float("-inf")))
+_scores_unscaled = variant(page_scores_kernel, "axis=1) * scale", "axis=1)")   # forgot * scale
 
 
 page_scores = KernelExercise(
@@ -312,51 +273,18 @@ def _diagnose_lse(got: torch.Tensor, case: KernelCase) -> str | None:
     return None
 
 
-@triton.jit
-def _lse_no_rescale(out, query, key_cache, block_tables, seq_lens, kv_head, scale,
-                    stride_qs, stride_kb, stride_kt, stride_kh, stride_bt,
-                    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    seq = tl.program_id(0)
-    seq_len = tl.load(seq_lens + seq)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
-        block = tl.load(block_tables + seq * stride_bt + page)
-        valid = page * BLOCK_SIZE + offsets < seq_len
-        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        ptrs = rows[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        l = l + tl.sum(tl.exp(s - m_new), axis=0)       # old sum not moved onto m_new
-        m = m_new
-    tl.store(out + seq, m + tl.log(l))
+_lse_no_rescale = variant(              # the old sum not moved onto m_new
+    online_lse_kernel, "l = l * tl.exp(m - m_new) +", "l = l +")
 
 
-@triton.jit
-def _lse_naive(out, query, key_cache, block_tables, seq_lens, kv_head, scale,
-               stride_qs, stride_kb, stride_kt, stride_kh, stride_bt,
-               BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    seq = tl.program_id(0)
-    seq_len = tl.load(seq_lens + seq)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + dims).to(tl.float32)
-    total = 0.0
-    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
-        block = tl.load(block_tables + seq * stride_bt + page)
-        valid = page * BLOCK_SIZE + offsets < seq_len
-        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        ptrs = rows[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        total = total + tl.sum(tl.exp(s), axis=0)       # no max: overflows
-    tl.store(out + seq, tl.log(total))
+_lse_naive = variant(                   # no running max: exp overflows
+    online_lse_kernel,
+    "m_new = tl.maximum(m, tl.max(s, axis=0))\n"
+    "        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(s - m_new), axis=0)   # onto new max\n"
+    "        m = m_new\n"
+    "    tl.store(out + seq, m + tl.log(l))",
+    "l = l + tl.sum(tl.exp(s), axis=0)\n"
+    "    tl.store(out + seq, tl.log(l))")
 
 
 online_lse = KernelExercise(
@@ -495,96 +423,15 @@ def _diagnose_decode(got: torch.Tensor, case: KernelCase) -> str | None:
     return None
 
 
-@triton.jit
-def _decode_first_page(out, query, key_cache, value_cache, block_tables, seq_lens,
-                       scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
-                       stride_bt,
-                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       GROUP: tl.constexpr):
-    seq, head = tl.program_id(0), tl.program_id(1)
-    kv_head = head // GROUP
-    seq_len = tl.load(seq_lens + seq)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
-    block = tl.load(block_tables + seq * stride_bt)     # the first page only
-    valid = offsets < seq_len
-    rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-    ptrs = rows[:, None] + dims[None, :]
-    k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-    v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
-    s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-    s = tl.where(valid, s, float("-inf"))
-    p = tl.exp(s - tl.max(s, axis=0))
-    o = tl.sum(p[:, None] * v.to(tl.float32), axis=0) / tl.sum(p, axis=0)
-    tl.store(out + seq * stride_qs + head * stride_qh + dims, o)
+_decode_first_page = variant(           # the first page only
+    decode_kernel, "for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):", "for page in range(0, 1):")
 
 
-@triton.jit
-def _decode_no_rescale(out, query, key_cache, value_cache, block_tables, seq_lens,
-                       scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
-                       stride_bt,
-                       BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       GROUP: tl.constexpr):
-    seq, head = tl.program_id(0), tl.program_id(1)
-    kv_head = head // GROUP
-    seq_len = tl.load(seq_lens + seq)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
-        block = tl.load(block_tables + seq * stride_bt + page)
-        valid = page * BLOCK_SIZE + offsets < seq_len
-        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        ptrs = rows[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
-        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc + tl.sum(p[:, None] * v.to(tl.float32), axis=0)   # not rescaled
-        m = m_new
-    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+_decode_no_rescale = variant(decode_kernel, "acc = acc * alpha +", "acc = acc +")   # acc not rescaled
 
 
-@triton.jit
-def _decode_wrong_group(out, query, key_cache, value_cache, block_tables, seq_lens,
-                        scale, stride_qs, stride_qh, stride_kb, stride_kt, stride_kh,
-                        stride_bt,
-                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                        GROUP: tl.constexpr):
-    seq, head = tl.program_id(0), tl.program_id(1)
-    num_kv_heads = tl.num_programs(1) // GROUP
-    kv_head = head % num_kv_heads                       # interleaved: not GQA's order
-    seq_len = tl.load(seq_lens + seq)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
-        block = tl.load(block_tables + seq * stride_bt + page)
-        valid = page * BLOCK_SIZE + offsets < seq_len
-        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        ptrs = rows[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
-        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-        m = m_new
-    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+_decode_wrong_group = variant(          # interleaved heads: not GQA's order
+    decode_kernel, "kv_head = head // GROUP", "kv_head = head % (tl.num_programs(1) // GROUP)")
 
 
 decode = KernelExercise(
@@ -637,6 +484,118 @@ decode = KernelExercise(
     wrong=[_decode_first_page, _decode_no_rescale, _decode_wrong_group],
     explanation="One pass over the block table, an online softmax rescaling both l and acc: every K/V "
                 "row is read once and no score is stored.",
+)
+
+
+# ---- (f) the group in one tile, with tl.dot: the library's decode ------------------------------------
+@triton.jit
+def group_decode_kernel(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                        stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
+                        BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        GROUP: tl.constexpr, GROUP_PAD: tl.constexpr):
+    seq, kv_head = tl.program_id(0), tl.program_id(1)   # (sequence, K/V head)
+    seq_len = tl.load(seq_lens + seq)
+    rows = tl.arange(0, GROUP_PAD)                      # [GROUP_PAD] one row per query head
+    heads = kv_head * GROUP + rows                      # the group's query heads
+    row_ok = rows < GROUP                               # padded rows: not heads of the group
+    offsets = tl.arange(0, BLOCK_SIZE)
+    dims = tl.arange(0, HEAD_DIM)
+    q_ptrs = query + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :]
+    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)        # [GROUP_PAD, HEAD_DIM]
+    m = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
+    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        block = tl.load(block_tables + seq * stride_bt + page)
+        valid = page * BLOCK_SIZE + offsets < seq_len           # [BLOCK_SIZE]
+        kv_rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
+        ptrs = kv_rows[:, None] + dims[None, :]
+        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)   # [BLOCK_SIZE, HEAD_DIM]
+        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale                      # [GROUP_PAD, BLOCK_SIZE]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))                # [GROUP_PAD] one max per row
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)   # [GROUP_PAD, HEAD_DIM]
+        m = m_new
+    o = acc / l[:, None]
+    tl.store(out + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :], o,
+             mask=row_ok[:, None])
+
+
+GROUP_DIM = 16          # head_dim, page size and padded group of (f): tl.dot takes 16 or more a side
+
+
+def _launch_group_decode(kernel, query, key_cache, value_cache, block_tables, seq_lens):
+    num_seqs, num_heads, head_dim = query.shape
+    num_kv_heads = key_cache.shape[2]
+    group = num_heads // num_kv_heads
+    out = new_output(query.shape, query.dtype, query.device)   # [num_seqs, num_heads, head_dim]
+    kernel[(num_seqs, num_kv_heads)](out, query, key_cache, value_cache, block_tables, seq_lens,
+                                     head_dim ** -0.5, query.stride(0), query.stride(1),
+                                     *key_cache.stride()[:3], block_tables.stride(0),
+                                     BLOCK_SIZE=key_cache.shape[1], HEAD_DIM=head_dim, GROUP=group,
+                                     GROUP_PAD=max(GROUP_DIM, triton.next_power_of_2(group)))
+    return out
+
+
+_GROUP_CASES = [_decode_case([1, 16, 17, 40], 4, 1, GROUP_DIM, seed=40),
+                _decode_case([5, 33], 6, 2, GROUP_DIM, seed=41),
+                _decode_case([20, 9, 31], 2, 2, GROUP_DIM, seed=42, shared=True),
+                _decode_case([31, 2], 8, 2, GROUP_DIM, seed=43, negative=True)]
+
+_group_alpha_by_column = variant(group_decode_kernel, "acc = acc * alpha[:, None] +", "acc = acc * alpha +")
+
+group_decode = KernelExercise(
+    "ch08.group_decode",
+    "Fill in the decode kernel the library uses: the program (seq, kv_head) of the grid (num_seqs, "
+    "num_kv_heads) loads the `GROUP` query heads that share `kv_head` as the rows of one "
+    "`[GROUP_PAD, HEAD_DIM]` tile (`GROUP_PAD` >= 16 rows, padded rows masked), walks the pages with "
+    "an online softmax per row, computes the scores and the weighted values with `tl.dot`, and "
+    "stores each real row to `out[seq, head]`.",
+    group_decode_kernel,
+    launch=_launch_group_decode,
+    cases=_GROUP_CASES,
+    diagnose=_diagnose_decode,
+    mistakes=[
+        (variant(group_decode_kernel, "heads = kv_head * GROUP + rows", "heads = kv_head + rows"),
+         "The rows are heads kv_head, kv_head + 1, ...: the group of K/V head kv_head is the GROUP "
+         "consecutive query heads that start at kv_head * GROUP."),
+        (_group_alpha_by_column,
+         "`acc * alpha` rescaled the columns of acc, not its rows: alpha holds one factor per row "
+         "(per query head), so broadcast it as a column, `alpha[:, None]`. Here GROUP_PAD and HEAD_DIM "
+         "are both 16, so the shapes matched and nothing raised."),
+        (variant(group_decode_kernel, "p = tl.exp(s - m_new[:, None])", "p = tl.exp(s - m_new)"),
+         "`s - m_new` subtracted a row's max from each column: m_new holds one max per row, so "
+         "broadcast it as a column, `m_new[:, None]` (GROUP_PAD and BLOCK_SIZE are both 16 here, so "
+         "the shapes matched)."),
+        (decode_kernel,
+         "That is exercise (d)'s kernel, one program per query head; here the grid is (num_seqs, "
+         "num_kv_heads), so only the first num_kv_heads heads got a program. Program (seq, kv_head) "
+         "owns the GROUP query heads of its K/V head, one row each."),
+        (variant(group_decode_kernel, "o = acc / l[:, None]", "o = acc / l"),
+         "`acc / l` divided each column by a row's sum: l holds one sum per row, so divide by "
+         "`l[:, None]`."),
+        (variant(group_decode_kernel, '        s = tl.where(valid[None, :], s, float("-inf"))\n', ""),
+         "Keys past the end of the sequence were scored: they load as 0, so their score is 0, not "
+         "-inf, and they take weight in the softmax. `tl.where(valid[None, :], s, float('-inf'))`."),
+    ],
+    hints=["It is exercise (d) for GROUP query heads at once: the heads that share a K/V head become "
+           "the rows of one query tile, so every K/V row loaded serves them all. Each row keeps its own "
+           "m and l (vectors of GROUP_PAD), and acc is a [GROUP_PAD, HEAD_DIM] tile. tl.dot wants 16 "
+           "rows or more, so the group is padded to GROUP_PAD rows that are masked on load and store.",
+           "`heads = kv_head * GROUP + rows` with `rows = tl.arange(0, GROUP_PAD)`, `row_ok = rows < "
+           "GROUP`; per page `s = tl.dot(q, tl.trans(k)) * scale` ([GROUP_PAD, BLOCK_SIZE]); reduce "
+           "each row with `axis=1`; every per-row vector (m_new, alpha, l) meets a tile as a column, "
+           "`[:, None]`.",
+           "`m_new = tl.maximum(m, tl.max(s, axis=1))`, `p = tl.exp(s - m_new[:, None])`, `acc = acc * "
+           "alpha[:, None] + tl.dot(p.to(v.dtype), v)`; at the end store `acc / l[:, None]` with "
+           "`mask=row_ok[:, None]`."],
+    wrong=[_group_alpha_by_column, decode_kernel],
+    explanation="One program per K/V head loads each K/V row once for the whole group; both products "
+                "are tl.dot (tensor-core mma on an A100 or H100, FMAs on a T4).",
 )
 
 
@@ -712,36 +671,8 @@ bug_lengths = Exercise(
 )
 
 
-@triton.jit
-def _fix_off_by_one(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
-                    stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-                    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    GROUP: tl.constexpr):
-    seq, head = tl.program_id(0), tl.program_id(1)
-    kv_head = head // GROUP
-    seq_len = tl.load(seq_lens + seq)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + seq * stride_qs + head * stride_qh + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
-        block = tl.load(block_tables + seq * stride_bt + page)
-        valid = page * BLOCK_SIZE + offsets <= seq_len               # one row too many
-        rows = block * stride_kb + offsets * stride_kt + kv_head * stride_kh
-        ptrs = rows[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0)
-        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0)
-        s = tl.sum(q[None, :] * k.to(tl.float32), axis=1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-        m = m_new
-    tl.store(out + seq * stride_qs + head * stride_qh + dims, acc / l)
+_fix_off_by_one = variant(              # one row too many
+    decode_kernel, "valid = page * BLOCK_SIZE + offsets < seq_len", "valid = page * BLOCK_SIZE + offsets <= seq_len")
 
 
 def _bug_case() -> KernelCase:
@@ -772,5 +703,5 @@ fix_bug = KernelExercise(
                 "the offset, with seq_len.",
 )
 
-__all__ = ["load_page", "page_scores", "online_lse", "decode", "bug_lengths", "fix_bug",
+__all__ = ["load_page", "page_scores", "online_lse", "decode", "group_decode", "bug_lengths", "fix_bug",
            "buggy_decode", "BUG_LENGTHS", "BUG_BLOCK_SIZE"]

@@ -17,7 +17,7 @@ from ..validation import cdiv
 from ..attention.kernels.launch import (FULL_WAVE, MAX_SPLITS, MIN_TILES_PER_SPLIT,  # the rule of choose_num_splits:
                                        WAVE_SLACK)                                  # one definition
 from . import Exercise
-from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output
+from .kernel_checks import KernelCase, KernelExercise, describe_cache, new_output, variant
 
 DEVICE, DTYPE = runtime.DEVICE, runtime.DTYPE
 
@@ -334,92 +334,20 @@ def _diagnose_split_partial(got, case: KernelCase) -> str | None:
     return None
 
 
-@triton.jit
-def _partial_unmasked(out, m_out, l_out, query, key_cache, value_cache, block_table, seq_len, share, scale,
-                      stride_block, stride_token, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    split = tl.program_id(0)
-    start = split * share
-    end = tl.minimum(start + share, seq_len)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for page in range(start // BLOCK_SIZE, tl.cdiv(end, BLOCK_SIZE)):
-        block = tl.load(block_table + page)
-        valid = page * BLOCK_SIZE + offsets < end
-        ptrs = (block * stride_block + offsets * stride_token)[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs).to(tl.float32)                  # no mask: reads unowned (NaN) slots
-        v = tl.load(value_cache + ptrs).to(tl.float32)
-        s = tl.where(valid, tl.sum(q[None, :] * k, axis=1) * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        m = m_new
-    tl.store(out + split * HEAD_DIM + dims, acc / tl.where(l > 0, l, 1.0))
-    tl.store(m_out + split, m)
-    tl.store(l_out + split, l)
+_partial_unmasked = variant(            # no mask: reads the unowned (NaN) slots
+    split_partial_kernel,
+    "k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)\n"
+    "        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)",
+    "k = tl.load(key_cache + ptrs).to(tl.float32)\n"
+    "        v = tl.load(value_cache + ptrs).to(tl.float32)")
 
 
-@triton.jit
-def _partial_zero_over_zero(out, m_out, l_out, query, key_cache, value_cache, block_table, seq_len, share, scale,
-                            stride_block, stride_token, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    split = tl.program_id(0)
-    start = split * share
-    end = tl.minimum(start + share, seq_len)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for page in range(start // BLOCK_SIZE, tl.cdiv(end, BLOCK_SIZE)):
-        block = tl.load(block_table + page)
-        valid = page * BLOCK_SIZE + offsets < end
-        ptrs = (block * stride_block + offsets * stride_token)[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)
-        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)
-        s = tl.where(valid, tl.sum(q[None, :] * k, axis=1) * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        m = m_new
-    tl.store(out + split * HEAD_DIM + dims, acc / l)                  # an empty split: 0 / 0
-    tl.store(m_out + split, m)
-    tl.store(l_out + split, l)
+_partial_zero_over_zero = variant(      # an empty split: 0 / 0
+    split_partial_kernel, "acc / tl.where(l > 0, l, 1.0))", "acc / l)")
 
 
-@triton.jit
-def _partial_whole_sequence(out, m_out, l_out, query, key_cache, value_cache, block_table, seq_len, share, scale,
-                            stride_block, stride_token, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-    split = tl.program_id(0)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(query + dims).to(tl.float32)
-    m = float("-inf")
-    l = 0.0
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for page in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):              # every split walks every token
-        block = tl.load(block_table + page)
-        valid = page * BLOCK_SIZE + offsets < seq_len
-        ptrs = (block * stride_block + offsets * stride_token)[:, None] + dims[None, :]
-        k = tl.load(key_cache + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)
-        v = tl.load(value_cache + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)
-        s = tl.where(valid, tl.sum(q[None, :] * k, axis=1) * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        m = m_new
-    tl.store(out + split * HEAD_DIM + dims, acc / tl.where(l > 0, l, 1.0))
-    tl.store(m_out + split, m)
-    tl.store(l_out + split, l)
+_partial_whole_sequence = variant(      # every split walks every token
+    split_partial_kernel, "end = tl.minimum(start + share, seq_len)", "start, end = 0, seq_len")
 
 
 split_partial = KernelExercise(
@@ -516,61 +444,27 @@ def _diagnose_merge_splits(got, case: KernelCase) -> str | None:
     return None
 
 
-@triton.jit
-def _merge_average(out, partial_out, partial_m, partial_l, num_splits,
-                   SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-    row = tl.program_id(0)
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, HEAD_DIM)
-    ok = splits < num_splits
-    o = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :],
-                mask=ok[:, None], other=0.0)
-    tl.store(out + row * HEAD_DIM + dims, tl.sum(o, axis=0) / num_splits)     # ignores the weights
+_merge_average = variant(               # ignores the weights
+    merge_splits_kernel, "tl.sum(w[:, None] * o, axis=0))", "tl.sum(o, axis=0) / num_splits)")
 
 
-@triton.jit
-def _merge_own_max(out, partial_out, partial_m, partial_l, num_splits,
-                   SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-    row = tl.program_id(0)
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, HEAD_DIM)
-    ok = splits < num_splits
-    l = tl.load(partial_l + row * num_splits + splits, mask=ok, other=0.0)
-    o = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :],
-                mask=ok[:, None], other=0.0)
-    w = l / tl.sum(l, axis=0)                                                  # each l on its own max
-    tl.store(out + row * HEAD_DIM + dims, tl.sum(w[:, None] * o, axis=0))
+_merge_own_max = variant(               # each l on its own max
+    merge_splits_kernel, "w = l * tl.exp(m - m_all)", "w = l")
 
 
-@triton.jit
-def _merge_overflows(out, partial_out, partial_m, partial_l, num_splits,
-                     SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-    row = tl.program_id(0)
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, HEAD_DIM)
-    ok = splits < num_splits
-    m = tl.load(partial_m + row * num_splits + splits, mask=ok, other=float("-inf"))
-    l = tl.load(partial_l + row * num_splits + splits, mask=ok, other=0.0)
-    o = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :],
-                mask=ok[:, None], other=0.0)
-    w = l * tl.exp(m)                                                          # overflows for large m
-    w = w / tl.sum(w, axis=0)
-    tl.store(out + row * HEAD_DIM + dims, tl.sum(w[:, None] * o, axis=0))
+_merge_overflows = variant(             # exp(m) overflows for large m
+    merge_splits_kernel, "w = l * tl.exp(m - m_all)", "w = l * tl.exp(m)")
 
 
-@triton.jit
-def _merge_unmasked(out, partial_out, partial_m, partial_l, num_splits,
-                    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-    row = tl.program_id(0)
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, HEAD_DIM)
-    m = tl.load(partial_m + row * num_splits + splits)                         # past num_splits: the next row
-    l = tl.load(partial_l + row * num_splits + splits)
-    o = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :])
-    m_all = tl.max(m, axis=0)
-    w = l * tl.exp(m - m_all)
-    w = w / tl.sum(w, axis=0)
-    tl.store(out + row * HEAD_DIM + dims, tl.sum(w[:, None] * o, axis=0))
+_merge_unmasked = variant(              # past num_splits: the next row's splits
+    merge_splits_kernel,
+    'm = tl.load(partial_m + row * num_splits + splits, mask=ok, other=float("-inf"))   # [SPLITS_PAD]\n'
+    "    l = tl.load(partial_l + row * num_splits + splits, mask=ok, other=0.0)\n"
+    "    o = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :],\n"
+    "                mask=ok[:, None], other=0.0)            # [SPLITS_PAD, HEAD_DIM]",
+    "m = tl.load(partial_m + row * num_splits + splits)\n"
+    "    l = tl.load(partial_l + row * num_splits + splits)\n"
+    "    o = tl.load(partial_out + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :])")
 
 
 merge_splits = KernelExercise(
