@@ -507,14 +507,25 @@ def test_the_null_block_is_never_handed_out():
     assert bm.num_free_blocks == 3 and bm.ref_count(0) == 0
 
 
+def test_a_block_id_is_an_integer_in_range():
+    """validation.as_int decides what a block id is: numpy integers count; a bool, a float or an id
+    out of range is a ValueError that names the argument (a negative id would wrap around)."""
+    import numpy as np
+    bm = BlockManager(4, 2)
+    assert bm.ref_count(np.int64(3)) == 0
+    for bad in (True, 1.0, -1, 4, "1"):
+        with pytest.raises(ValueError, match=r"block_id must be an int in \[0, 4\)"):
+            bm.ref_count(bad)
+
+
 def test_allocate_can_take_blocks_for_a_first_chunk_only_and_grow_later():
     bm = BlockManager(20, 16)
     bm.allocate("a", [0] * 200, commit=False, num_new_tokens=63)   # vLLM's allocate_slots for a chunk
     assert len(bm.block_table("a")) == 4 and bm.num_tokens("a") == 63
-    assert bm.blocks_for("a", 127) == 4 and bm.allocate_slots("a", 127) == []
+    assert bm.num_blocks_to_allocate("a", 127) == 4 and bm.allocate_slots("a", 127) == []
     assert len(bm.block_table("a")) == 8 and bm.num_tokens("a") == 127
     before = state(bm)
-    assert bm.blocks_for("a", 360) == 15 and bm.num_free_blocks == 12
+    assert bm.num_blocks_to_allocate("a", 360) == 15 and bm.num_free_blocks == 12
     assert bm.allocate_slots("a", 360) is None                      # vLLM's answer: None, nothing changed
     assert state(bm) == before
 

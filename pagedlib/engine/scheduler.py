@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 from ..memory.block_manager import BlockManager, OutOfBlocks
-from ..validation import cdiv, positive_int
+from ..validation import cdiv, nonnegative_int, positive_int
 
 __all__ = ["Scheduler", "SeqState", "ScheduledStep", "Status", "SCHEDULING_ORDERS", "ADMISSION_POLICIES"]
 
@@ -216,15 +216,12 @@ class Scheduler:
             raise ValueError(f"scheduling must be one of {SCHEDULING_ORDERS}; got {scheduling!r}")
         if admission not in ADMISSION_POLICIES:
             raise ValueError(f"admission must be one of {ADMISSION_POLICIES}; got {admission!r}")
-        if isinstance(long_prefill_token_threshold, bool) or not isinstance(long_prefill_token_threshold, int) \
-                or long_prefill_token_threshold < 0:
-            raise ValueError("long_prefill_token_threshold must be an integer >= 0 (0: no cap); got "
-                             f"{long_prefill_token_threshold!r}")
         self.block_manager = block_manager
         self.max_num_seqs, self.max_num_batched_tokens = check_limits(max_num_seqs, max_num_batched_tokens)
         self.scheduling = scheduling
         self.admission = admission
-        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.long_prefill_token_threshold = nonnegative_int("long_prefill_token_threshold",   # 0: no cap
+                                                            long_prefill_token_threshold)
         if not isinstance(scheduler_reserve_full_isl, bool):
             raise ValueError(f"scheduler_reserve_full_isl must be True or False; got {scheduler_reserve_full_isl!r}")
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl

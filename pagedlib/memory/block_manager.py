@@ -80,12 +80,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import operator
 from array import array
 from collections import OrderedDict, deque
 from typing import Callable, Hashable, Sequence
 
-from ..validation import cdiv, positive_int
+from ..validation import as_int, cdiv, positive_int
 
 __all__ = ["BlockManager", "Block", "OutOfBlocks", "block_hash", "HASHES", "NULL_BLOCK"]
 
@@ -463,9 +462,11 @@ class BlockManager:
         needs_block = seq.num_tokens % self.block_size == 0 or self.blocks[seq.table[-1]].ref_count > 1
         return not needs_block or self.num_free_blocks > 0
 
-    def blocks_for(self, seq_id: Hashable, num_tokens: int) -> int:
-        """Free blocks :meth:`allocate_slots` would take to grow the sequence to ``num_tokens``."""
-        seq = self._seq(seq_id, "blocks_for")
+    def num_blocks_to_allocate(self, seq_id: Hashable, num_tokens: int) -> int:
+        """Free blocks :meth:`allocate_slots` would take to grow the sequence to ``num_tokens`` (vLLM's
+        ``get_num_blocks_to_allocate``; :func:`pagedlib.memory.capacity.blocks_for` counts the blocks
+        that ``num_tokens`` tokens fill)."""
+        seq = self._seq(seq_id, "num_blocks_to_allocate")
         if num_tokens <= seq.num_tokens:
             return 0
         cow = seq.num_tokens % self.block_size != 0 and self.blocks[seq.table[-1]].ref_count > 1
@@ -533,10 +534,7 @@ class BlockManager:
 
     def _block(self, block_id: int) -> int:
         """``block_id`` checked: an int in ``[0, num_blocks)`` (a negative one would wrap around)."""
-        try:
-            index = None if isinstance(block_id, bool) else operator.index(block_id)
-        except TypeError:
-            index = None
+        index = as_int(block_id)
         if index is None or not 0 <= index < self.num_blocks:
             raise ValueError(f"block_id must be an int in [0, {self.num_blocks}); got {block_id!r}")
         return index
