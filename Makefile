@@ -3,7 +3,7 @@
 #   make book   the static website, built strictly, into _build/html
 #   make unit   the quick loop: ruff check, then unit tests without the slow ones (about a minute on 2 cores)
 #   make test-clean  make test with every per-user cache in empty folders (as on a new machine; CI)
-#   make drift  the torch/triton/numpy matrix of scripts/drift_check.py (fresh venvs: 1.5 to 2 hours)
+#   make drift  the torch/triton/numpy matrix on nox (noxfile.py, a venv per cell: 1.5 to 2 hours)
 #   make peer-record  chapter 10's pagedlib vs transformers record (about 25 minutes, a quiet machine)
 # Each creates .venv with the pinned requirements and pagedlib (editable) when it is missing.
 PYTHON ?= python3
@@ -77,8 +77,15 @@ notebooks: $(STAMP)
 	$(PY) scripts/sync_notebooks.py
 	$(PY) scripts/execute_notebooks.py notebooks/*.ipynb
 
+# The drift matrix (noxfile.py, scripts/drift_check.py): nox comes from PyPI here, into .venv; a session per
+# cell, then the table of every kept result. DRIFT_CELLS picks cells (CI: DRIFT_CELLS=3.2.0/2.3.5), NOX_FLAGS
+# adds nox options (CI: --reuse-venv=no, a fresh venv). nox runs every chosen cell and fails if any departs.
+NOX_VERSION := 2026.10.20
+DRIFT_CELLS ?=
+NOX_FLAGS   ?=
 drift: $(STAMP)
-	$(PY) scripts/drift_check.py
+	$(PY) -m pip install --quiet "nox==$(NOX_VERSION)"
+	$(PY) -m nox -f noxfile.py $(NOX_FLAGS) -s $(if $(DRIFT_CELLS),$(foreach c,$(DRIFT_CELLS),"drift($(c))"),drift) drift_table
 
 peer-record: $(STAMP)
 	bash scripts/peer_record.sh

@@ -40,7 +40,7 @@ DEVICE: torch.device = torch.device("cuda" if HAS_CUDA and not INTERPRET else "c
 DTYPE: torch.dtype = torch.float16 if DEVICE.type == "cuda" else torch.float32
 
 # ---- known-bad version combinations ----------------------------------------------------------
-# Measured by `python scripts/drift_check.py` (`make drift`): for each cell, a fresh venv with
+# Measured by `make drift` (noxfile.py, scripts/drift_check.py): for each cell, a nox venv with
 # torch 2.13.0 (CPU), the cell's triton and numpy and a non-editable `pip install` of pagedlib, run
 # from outside the checkout: the kernel and engine tests (255, through the interpreter), the
 # ahead-of-time compile test (sm_75, sm_80, sm_90) and the two kernel notebooks. The README's

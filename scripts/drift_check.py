@@ -1,8 +1,9 @@
 """Drift check: does the course still work on the torch / triton / numpy that a learner really has?
 
-For each cell of ``MATRIX`` it builds a venv with torch (the pin of requirements.txt, the CPU build),
-the cell's triton and numpy, the test tools pinned by requirements.txt and a *non-editable* install
-of pagedlib (a wheel), then, from a folder outside the checkout:
+The rules and steps of the drift matrix; ``noxfile.py`` runs each cell of ``MATRIX`` as a nox session
+(``drift(TRITON/NUMPY)``), in a venv nox makes, with torch (the pin of requirements.txt, the CPU build),
+the cell's triton and numpy, the test tools pinned by requirements.txt and a *non-editable* install of
+pagedlib (a wheel). Then, from a folder outside the checkout (``DRIFT_WORK``):
 
 1. ``guard``: ``import pagedlib``: ok, warned (a ``VersionWarning``) or refused (``UnsupportedVersions``);
 2. ``tests``: the kernel and engine tests (``TEST_FILES``) through the Triton interpreter, which
@@ -16,14 +17,15 @@ What each cell must give comes from ``pagedlib.runtime.RULES``, asked inside the
 rule, everything passes and the guard stays quiet; a rule that warns, the guard warns and the
 interpreted tests and notebooks fail (a T4 rule: the sm_75 compile fails); a rule that refuses, the
 import refuses, the notebooks stop at their setup cell with the fix, and the tests, run with the
-refusal bypassed, fail on wrong values. It prints the matrix as a markdown table and exits 1 if any
-cell departs from the rules: that is how a new triton or numpy that breaks the course, or fixes a
-known problem, shows up.
+refusal bypassed, fail on wrong values. A cell that departs from the rules fails its session: that is
+how a new triton or numpy that breaks the course, or fixes a known problem, shows up. Each cell's
+result is kept (``DRIFT_WORK/results``); ``drift_table`` prints them as a markdown table::
 
-    python scripts/drift_check.py                        # the matrix (make drift)
-    python scripts/drift_check.py --cells 3.2.0/2.3.5    # some cells, by name
-    python scripts/drift_check.py --cells 3.5.1/2.4.*    # any other triton/numpy pair
-    python scripts/drift_check.py --list                 # the matrix's cells
+    make drift                                           # every cell, then the table
+    make drift DRIFT_CELLS=3.2.0/2.3.5                   # some cells (the one CI runs)
+    python -m nox -s "drift(3.2.0/2.3.5)" -- tests aot   # some steps of one cell
+    python -m nox -l                                     # the matrix's sessions
+    python scripts/drift_check.py --table                # the stored results as a table
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +148,7 @@ class Expected:
 @dataclass
 class Result:
     """What one cell gave, with the time each step took (seconds)."""
+    cell: str = ""
     versions: str = ""
     expected: Expected | None = None
     guard: str = ""
@@ -207,26 +210,6 @@ def slug(cell: str) -> str:
     """A folder name for a cell: '3.6.0/2.4.*' -> 'triton-3.6.0-numpy-2.4.x'."""
     triton, numpy = cell.split("/")
     return f"triton-{triton}-numpy-{numpy}".replace("*", "x")
-
-
-def make_venv(cell: str, work: Path, wheel: Path, pins: Path) -> Path:
-    """The cell's venv (reused when it exists), with pagedlib's wheel installed afresh."""
-    venv = work / f"venv-{slug(cell)}"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        done = run([sys.executable, "-m", "venv", str(venv)], cwd=work, env=clean_env())
-        if done.returncode:
-            raise SystemExit(f"python -m venv failed: {done.stderr}")
-    triton, numpy = cell.split("/")
-    torch_pin = next(line for line in pins.read_text().splitlines() if line.startswith("torch=="))
-    steps = [["install", "--quiet", "--no-compile", "--upgrade", torch_pin, requirement("triton", triton),
-              requirement("numpy", numpy), *TOOLS, "-c", str(pins)],
-             ["install", "--quiet", "--no-deps", "--force-reinstall", str(wheel)]]
-    for step in steps:
-        done = run([str(python), "-m", "pip", *step], cwd=work, env=clean_env())
-        if done.returncode:
-            raise SystemExit(f"pip {' '.join(step)} failed in {venv}:\n{done.stderr[-3000:]}")
-    return python
 
 
 def check_guard(python: Path, here: Path, venv: Path, result: Result) -> None:
@@ -327,30 +310,6 @@ def run_notebooks(python: Path, here: Path, result: Result) -> None:
         result.notebooks_summary += ", refused at setup"
 
 
-def check_cell(cell: str, work: Path, wheel: Path, pins: Path, steps: set[str]) -> Result:
-    """Build the cell's venv and run the selected steps, timing each."""
-    result = Result()
-    clock = time.monotonic()
-    python = make_venv(cell, work, wheel, pins)
-    venv = python.parent.parent
-    here = work / f"run-{slug(cell)}"
-    shutil.rmtree(here, ignore_errors=True)
-    here.mkdir()
-    (here / "pytest.ini").write_text(PYTEST_INI)
-    result.times["venv"] = time.monotonic() - clock
-    check_guard(python, here, venv, result)
-    plan = {"tests": lambda: run_tests(python, here, result),
-            "aot": lambda: run_aot(python, here, venv, result),
-            "notebooks": lambda: run_notebooks(python, here, result)}
-    for name, step in plan.items():
-        if name in steps:
-            clock = time.monotonic()
-            step()
-            result.times[name] = time.monotonic() - clock
-            print(f"  {cell}: {name} done in {result.times[name]:.0f} s", flush=True)
-    return result
-
-
 def departures(result: Result) -> list[str]:
     """Where the result differs from what the rules expect (steps not run are not judged)."""
     want = result.expected
@@ -380,43 +339,108 @@ def table(rows: list[tuple[str, Result, list[str]]]) -> str:
     return "\n".join(lines)
 
 
+STEPS = ("tests", "aot", "notebooks")
+WORK = Path(os.environ.get("DRIFT_WORK", Path.home() / ".cache" / "pagedlib-drift"))
+
+
+def install_args(cell: str, pins: Path, wheel: Path) -> list[list[str]]:
+    """The two ``pip install`` argument lists of a cell's venv: torch, the cell's triton and numpy and
+    the test tools (requirements.txt's pins for the rest); then pagedlib's wheel alone."""
+    triton, numpy = cell.split("/")
+    torch_pin = next(line for line in pins.read_text().splitlines() if line.startswith("torch=="))
+    return [["--quiet", "--no-compile", "--upgrade", torch_pin, requirement("triton", triton),
+             requirement("numpy", numpy), *TOOLS, "-c", str(pins)],
+            ["--quiet", "--no-deps", "--force-reinstall", str(wheel)]]
+
+
+def run_steps(python: Path, here: Path, steps: set[str], result: Result) -> None:
+    """The guard, then the selected steps in the venv of ``python`` from the folder ``here``, timed."""
+    venv = python.parent.parent
+    shutil.rmtree(here, ignore_errors=True)
+    here.mkdir(parents=True)
+    (here / "pytest.ini").write_text(PYTEST_INI)
+    check_guard(python, here, venv, result)
+    step = {"tests": lambda: run_tests(python, here, result),
+            "aot": lambda: run_aot(python, here, venv, result),
+            "notebooks": lambda: run_notebooks(python, here, result)}
+    for name in STEPS:
+        if name in steps:
+            clock = time.monotonic()
+            step[name]()
+            result.times[name] = time.monotonic() - clock
+
+
+def check_cell(session, cell: str) -> Result:
+    """noxfile.py's ``drift`` session for one cell: install its venv, run the steps (``session.posargs``,
+    default all of ``STEPS``), keep the result, and fail the session if it departs from the rules."""
+    steps = set(session.posargs) or set(STEPS)
+    if steps - set(STEPS):
+        session.error(f"steps must be among {', '.join(STEPS)}; got {' '.join(session.posargs)}")
+    clock, work, result = time.monotonic(), WORK / slug(cell), Result(cell=cell)
+    work.mkdir(parents=True, exist_ok=True)
+    try:                                        # a broken build or venv stops this cell, not the matrix
+        wheel, pins = build_wheel(work), constraints(work)
+        for args in install_args(cell, pins, wheel):
+            session.install(*args)
+        result.times["venv"] = time.monotonic() - clock
+        run_steps(Path(session.bin) / "python", WORK / f"run-{slug(cell)}", steps, result)
+    except SystemExit as error:
+        session.error(f"{cell}: {error}")
+    save(result)
+    off = departures(result)
+    session.log(f"{cell} ({result.versions}): {'as the rules say' if not off else '; '.join(off)} "
+                f"({sum(result.times.values()) / 60:.1f} min)")
+    if result.aot_errors:
+        session.log(result.aot_errors)
+    if off:
+        session.error(f"{cell} departs from pagedlib's version rules: {'; '.join(off)}")
+    return result
+
+
+def save(result: Result) -> Path:
+    """Keep a cell's result (``WORK/results/<cell>.json``) for :func:`load_results` and the table."""
+    folder = WORK / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{slug(result.cell)}.json"
+    path.write_text(json.dumps(asdict(result), indent=1))
+    return path
+
+
+def load_results() -> list[Result]:
+    """The kept results, in the matrix's order (cells outside it last)."""
+    results = []
+    for path in sorted((WORK / "results").glob("*.json")):
+        data = json.loads(path.read_text())
+        expected = data.pop("expected")
+        result = Result(**data)
+        result.expected = None if expected is None else Expected(
+            **{**expected, "aot_fails": tuple(expected["aot_fails"])})
+        if result.aot_fails is not None:
+            result.aot_fails = tuple(result.aot_fails)
+        results.append(result)
+    order = {cell: i for i, cell in enumerate(MATRIX)}
+    return sorted(results, key=lambda r: order.get(r.cell, len(order)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", nargs="*", help="triton/numpy pairs (default: the matrix)")
-    parser.add_argument("--steps", default="tests,aot,notebooks",
-                        help="comma-separated steps after the guard (default: tests,aot,notebooks)")
-    parser.add_argument("--work", type=Path, default=Path(os.environ.get(
-        "DRIFT_WORK", Path.home() / ".cache" / "pagedlib-drift")), help="where the venvs live")
-    parser.add_argument("--list", action="store_true", help="print the matrix's cells and exit")
+    parser.add_argument("--list", action="store_true", help="print the matrix's cells")
+    parser.add_argument("--table", action="store_true",
+                        help="print the kept results as a markdown table (exit 1 if one departs)")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(MATRIX))
         return 0
-    cells = args.cells or list(MATRIX)
-    for cell in cells:
-        if not re.fullmatch(r"(newest|[\d.]+)/(newest|[\d.]+\*?)", cell):
-            parser.error(f"--cells: each cell is triton/numpy like 3.2.0/2.3.5, 3.6.0/2.4.* or "
-                         f"newest/newest; got {cell!r}")
-    steps = set(args.steps.split(",")) - {""}
-    if steps - {"tests", "aot", "notebooks"}:
-        parser.error(f"--steps must be among tests, aot, notebooks; got {args.steps!r}")
-    args.work.mkdir(parents=True, exist_ok=True)
-    wheel, pins = build_wheel(args.work), constraints(args.work)
-    rows, start = [], time.monotonic()
-    for cell in cells:
-        print(f"cell triton/numpy {cell}", flush=True)
-        result = check_cell(cell, args.work, wheel, pins, steps)
-        off = departures(result)
-        rows.append((cell, result, off))
-        print(f"  {cell} ({result.versions}): {'as the rules say' if not off else '; '.join(off)} "
-              f"({sum(result.times.values()) / 60:.1f} min)", flush=True)
-        if result.aot_errors:
-            print("  " + result.aot_errors.replace("\n", "\n  "), flush=True)
-    print()
+    if not args.table:
+        parser.error("run the matrix with nox (make drift, or python -m nox -s drift); "
+                     "this script has --list and --table")
+    rows = [(r.cell, r, departures(r)) for r in load_results()]
+    if not rows:
+        print(f"no results in {WORK / 'results'}: run make drift first")
+        return 1
     print(table(rows))
     bad = sum(1 for _, _, off in rows if off)
-    print(f"\n{len(rows) - bad} of {len(rows)} cells as the rules say, "
-          f"in {(time.monotonic() - start) / 60:.1f} min (logs in {args.work}/run-*)")
+    print(f"\n{len(rows) - bad} of {len(rows)} cells as the rules say (logs in {WORK}/run-*)")
     return 1 if bad else 0
 
 

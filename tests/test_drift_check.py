@@ -1,8 +1,12 @@
-"""scripts/drift_check.py: its expectations follow pagedlib's version rules, and pyproject's floors are
-cells of its matrix (the matrix itself runs in `make drift`; one cell of it runs in CI)."""
+"""scripts/drift_check.py and noxfile.py: the expectations follow pagedlib's version rules, pyproject's
+floors are cells of the matrix, and nox runs one session per cell with those rules (the matrix itself
+runs in `make drift`; one cell of it runs in CI). nox is not needed here: a stand-in records what the
+noxfile declares and what a session asks of nox."""
+import importlib.util
 import re
 import sys
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -85,10 +89,103 @@ def test_cell_names_become_folder_names_and_pip_requirements():
     assert all(re.fullmatch(r"(newest|[\d.]+)/(newest|[\d.]+\*?)", c) for c in drift_check.MATRIX)
 
 
-def test_a_malformed_cell_is_refused_with_the_form_it_needs(capsys):
+def test_the_script_runs_no_cell_itself_and_points_to_nox(capsys):
     with pytest.raises(SystemExit):
-        drift_check.main(["--cells", "3.2"])
-    assert "each cell is triton/numpy like 3.2.0/2.3.5" in capsys.readouterr().err
+        drift_check.main([])
+    assert "run the matrix with nox" in capsys.readouterr().err
+
+
+class FakeNox(types.ModuleType):
+    """Enough of nox for noxfile.py to declare its sessions: what they are and how they are made."""
+
+    def __init__(self):
+        super().__init__("nox")
+        self.options, self.sessions, self.Session = types.SimpleNamespace(), {}, object
+
+    def session(self, func=None, **kwargs):
+        def register(f):
+            self.sessions[f.__name__] = (f, kwargs, getattr(f, "params", None))
+            return f
+        return register(func) if func else register
+
+    def parametrize(self, name, values, ids=None):
+        def mark(f):
+            f.params = (name, list(values), ids)
+            return f
+        return mark
+
+
+def test_the_noxfile_has_one_session_per_cell_and_the_table(monkeypatch):
+    fake = FakeNox()
+    monkeypatch.setitem(sys.modules, "nox", fake)
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    drift, kwargs, params = fake.sessions["drift"]
+    assert params == ("cell", list(drift_check.MATRIX), list(drift_check.MATRIX))
+    assert kwargs == {"venv_backend": "venv"}
+    assert fake.sessions["drift_table"][1] == {"python": False}
+    assert fake.options.sessions == ["drift", "drift_table"]
+    assert Path(fake.options.envdir).is_relative_to(drift_check.WORK)   # venvs outside the checkout
+    seen = []
+    monkeypatch.setattr(drift_check, "check_cell", lambda session, cell: seen.append(cell))
+    drift("session", "3.2.0/2.3.5")
+    assert seen == ["3.2.0/2.3.5"]
+
+
+class FakeSession:
+    def __init__(self, posargs=()):
+        self.posargs, self.bin, self.installs, self.logs = list(posargs), "/venv/bin", [], []
+
+    def install(self, *args):
+        self.installs.append(args)
+
+    def log(self, message):
+        self.logs.append(message)
+
+    def error(self, message):
+        raise RuntimeError(message)
+
+
+def fake_cell(monkeypatch, tmp_path, **got):
+    """check_cell with the wheel, the pins and the steps stubbed: the steps report ``got``."""
+    monkeypatch.setattr(drift_check, "WORK", tmp_path)
+    monkeypatch.setattr(drift_check, "build_wheel", lambda work: work / "pagedlib-0-py3-none-any.whl")
+    (tmp_path / "pins.txt").write_text("numpy==2.4.6\ntorch==2.13.0\npytest==8.0\n")
+    monkeypatch.setattr(drift_check, "constraints", lambda work: tmp_path / "pins.txt")
+    ran = {}
+
+    def run_steps(python, here, steps, result):
+        ran.update(python=python, steps=steps)
+        result.versions, result.expected = "2.13.0, 3.2.0, 2.3.5", drift_check.Expected("ok", "pass", (), "pass")
+        result.guard, result.tests, result.aot_fails, result.notebooks = got.get("guard", "ok"), "pass", (), "pass"
+    monkeypatch.setattr(drift_check, "run_steps", run_steps)
+    return ran
+
+
+def test_a_cell_session_installs_its_versions_then_the_wheel_alone(monkeypatch, tmp_path):
+    ran = fake_cell(monkeypatch, tmp_path)
+    session = FakeSession(["tests", "aot"])
+    result = drift_check.check_cell(session, "3.2.0/2.3.5")
+    first, second = session.installs
+    assert {"torch==2.13.0", "triton==3.2.0", "numpy==2.3.5", *drift_check.TOOLS} <= set(first)
+    assert first[-2:] == ("-c", str(tmp_path / "pins.txt"))
+    assert second[-1].endswith(".whl") and "--no-deps" in second
+    assert ran == {"python": Path("/venv/bin/python"), "steps": {"tests", "aot"}}
+    assert "as the rules say" in session.logs[0] and result.cell == "3.2.0/2.3.5"
+    with pytest.raises(RuntimeError, match="steps must be among tests, aot, notebooks"):
+        drift_check.check_cell(FakeSession(["test"]), "3.2.0/2.3.5")
+
+
+def test_a_cell_that_departs_fails_its_session_and_the_table(monkeypatch, tmp_path, capsys):
+    fake_cell(monkeypatch, tmp_path, guard="warned")
+    with pytest.raises(RuntimeError, match=r"3.6.0/2.4.\* departs .*: guard warned, the rules expect ok"):
+        drift_check.check_cell(FakeSession(), "3.6.0/2.4.*")
+    fake_cell(monkeypatch, tmp_path)
+    drift_check.check_cell(FakeSession(), "3.2.0/2.3.5")
+    assert drift_check.main(["--table"]) == 1                 # the kept results, in the matrix's order
+    out = capsys.readouterr().out
+    assert out.index("| 3.2.0/2.3.5 |") < out.index("| 3.6.0/2.4.* |")
+    assert "NO: guard warned, the rules expect ok" in out and "1 of 2 cells as the rules say" in out
 
 
 def test_a_crashed_test_run_names_the_crash_and_its_test():
@@ -99,3 +196,17 @@ def test_a_crashed_test_run_names_the_crash_and_its_test():
     assert drift_check.common_error(out) == (
         "crashed: Segmentation fault in test_attention_errors.py::test_validate_false")
     assert drift_check.pytest_summary(out) == "no summary"
+
+
+def test_make_drift_installs_nox_from_pypi_and_ci_runs_one_cell_in_a_fresh_venv():
+    """nox is not assumed installed: `make drift` pip-installs its pinned version first; CI (.ci/run)
+    runs the triton 3.2.0 / numpy 2.3.5 cell with --reuse-venv=no."""
+    import subprocess
+    ci = (ROOT / ".ci" / "run").read_text()
+    (line,) = [line for line in ci.splitlines() if line.startswith("make drift")]
+    args = line.split()[2:]
+    assert "DRIFT_CELLS=3.2.0/2.3.5" in args and "3.2.0/2.3.5" in drift_check.MATRIX
+    shown = subprocess.run(["make", "-n", "-o", ".venv/.installed", "drift", *args], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert re.fullmatch(r'\S+ -m pip install --quiet "nox==[\d.]+"', shown[0])
+    assert shown[1].endswith('-m nox -f noxfile.py --reuse-venv=no -s "drift(3.2.0/2.3.5)" drift_table')
