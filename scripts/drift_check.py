@@ -344,12 +344,13 @@ WORK = Path(os.environ.get("DRIFT_WORK", Path.home() / ".cache" / "pagedlib-drif
 
 
 def install_args(cell: str, pins: Path, wheel: Path) -> list[list[str]]:
-    """The two ``pip install`` argument lists of a cell's venv: torch, the cell's triton and numpy and
-    the test tools (requirements.txt's pins for the rest); then pagedlib's wheel alone."""
+    """The two ``pip install`` argument lists of a cell's venv: torch, the cell's triton and numpy, the
+    test tools and pagedlib's wheel with its own dependencies (requirements.txt's pins for the rest);
+    then the wheel alone again, so that a reused venv holds this checkout's pagedlib."""
     triton, numpy = cell.split("/")
     torch_pin = next(line for line in pins.read_text().splitlines() if line.startswith("torch=="))
     return [["--quiet", "--no-compile", "--upgrade", torch_pin, requirement("triton", triton),
-             requirement("numpy", numpy), *TOOLS, "-c", str(pins)],
+             requirement("numpy", numpy), *TOOLS, str(wheel), "-c", str(pins)],
             ["--quiet", "--no-deps", "--force-reinstall", str(wheel)]]
 
 

@@ -167,9 +167,10 @@ def test_a_cell_session_installs_its_versions_then_the_wheel_alone(monkeypatch, 
     session = FakeSession(["tests", "aot"])
     result = drift_check.check_cell(session, "3.2.0/2.3.5")
     first, second = session.installs
-    assert {"torch==2.13.0", "triton==3.2.0", "numpy==2.3.5", *drift_check.TOOLS} <= set(first)
+    wheel = str(tmp_path / "triton-3.2.0-numpy-2.3.5" / "pagedlib-0-py3-none-any.whl")
+    assert {"torch==2.13.0", "triton==3.2.0", "numpy==2.3.5", *drift_check.TOOLS, wheel} <= set(first)
     assert first[-2:] == ("-c", str(tmp_path / "pins.txt"))
-    assert second[-1].endswith(".whl") and "--no-deps" in second
+    assert second[-1] == wheel and "--no-deps" in second                 # pagedlib's dependencies too
     assert ran == {"python": Path("/venv/bin/python"), "steps": {"tests", "aot"}}
     assert "as the rules say" in session.logs[0] and result.cell == "3.2.0/2.3.5"
     with pytest.raises(RuntimeError, match="steps must be among tests, aot, notebooks"):

@@ -530,3 +530,19 @@ def test_estimated_charges_the_prompt_minus_its_cached_prefix_and_clips_max_new_
     # cached prefix not charged: 1 + 4096 tokens = 257 blocks; the whole prompt would be 290
     assert sched.estimated_blocks + 257 <= 300 < sched.estimated_blocks + 290
     assert sched.can_admit(b)
+
+
+def test_a_sequence_reads_like_the_list_of_its_tokens():
+    """seq[i] and seq[a:b] (the batch builder's and the block manager's way in) equal the prompt and
+    output read as one list, on both sides of the prompt's end; an index past the end is an IndexError."""
+    seq = SeqState(seq_id=0, request_id=0, prompt=[10, 11, 12, 13], output=[20, 21, 22])
+    whole = seq.tokens
+    for i in range(-len(whole), len(whole)):
+        assert seq[i] == whole[i]
+    for a in range(-8, 9):
+        for b in range(-8, 9):
+            assert seq[a:b] == whole[a:b], (a, b)
+    assert seq[::2] == whole[::2]
+    for bad in (7, -8):
+        with pytest.raises(IndexError):
+            seq[bad]

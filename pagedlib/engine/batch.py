@@ -46,7 +46,7 @@ def build_batch(seqs: Seq[SeqState], num_new_tokens: Seq[int], block_manager: Bl
     block_tables = _longs(flat_tables).view(num_seqs, width)  # [num_seqs, max_blocks]
     longest = max(num_new_tokens)                             # known here: no GPU sync later
     if longest == 1:                                          # decode: one token each, its slot in Python
-        ids = [seq.token_at(n - 1) for seq, n in zip(seqs, lens)]   # a decode's, or a one-token chunk's
+        ids = [seq[n - 1] for seq, n in zip(seqs, lens)]   # a decode's, or a one-token chunk's
         positions = [n - 1 for n in lens]
         slots = [table[p // bs] * bs + p % bs for table, p in zip(tables, positions)]
         host = _longs(ids + positions + slots + lens + list(range(num_seqs + 1)))
@@ -55,7 +55,7 @@ def build_batch(seqs: Seq[SeqState], num_new_tokens: Seq[int], block_manager: Bl
     else:
         ids = []
         for seq, n in zip(seqs, num_new_tokens):
-            ids += seq.token_slice(seq.num_computed_tokens - n, seq.num_computed_tokens)
+            ids += seq[seq.num_computed_tokens - n:seq.num_computed_tokens]
         new = _longs(list(num_new_tokens))                    # [num_seqs]
         seq_lens = _longs(lens)                               # [num_seqs], tokens in the cache after this step
         starts = torch.zeros(num_seqs + 1, dtype=torch.long)

@@ -91,8 +91,8 @@ class SeqState:
     """One sequence of tokens being generated, as the scheduler sees it: its prompt, what it has
     generated so far, and its place in the queues. ``num_samples > 1`` marks a request that will be
     forked into that many sequences once its prompt is computed (parallel sampling): it holds that
-    many seats until then, and each fork hands one of them to a child. It slices like a list of its
-    tokens (``seq[a:b]``), which is how the block manager reads the tokens of a block it commits."""
+    many seats until then, and each fork hands one of them to a child. It reads like a list of its
+    tokens (``len(seq)``, ``seq[i]``, ``seq[a:b]``), without copying them."""
 
     seq_id: Hashable
     request_id: int
@@ -115,25 +115,25 @@ class SeqState:
     def last_token(self) -> int:
         return self.output[-1] if self.output else self.prompt[-1]
 
-    def token_at(self, index: int) -> int:
-        """``tokens[index]`` (``0 <= index < len(self)``) without building the whole token list."""
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        """``seq[i]`` and ``seq[a:b]``: its tokens (prompt, then output) read in place, without building
+        the whole list: the batch builder reads a step's tokens this way, and the block manager the
+        tokens of a block it commits."""
         n = len(self.prompt)
-        return self.prompt[index] if index < n else self.output[index - n]
-
-    def token_slice(self, start: int, stop: int) -> list[int]:
-        """``tokens[start:stop]`` without building the whole token list."""
-        n = len(self.prompt)
-        if stop <= n:
-            return self.prompt[start:stop]
-        if start >= n:
-            return self.output[start - n:stop - n]
-        return self.prompt[start:] + self.output[:stop - n]
-
-    def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, _ = index.indices(len(self))
-            return self.token_slice(start, stop)
-        return self.tokens[index]
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return self.tokens[index]
+            if stop <= n:
+                return self.prompt[start:stop]
+            if start >= n:
+                return self.output[start - n:stop - n]
+            return self.prompt[start:] + self.output[:stop - n]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"token index out of range: the sequence has {len(self)} tokens")
+        return self.prompt[index] if index < n else self.output[index - n]
 
     @property
     def num_new_tokens(self) -> int:
