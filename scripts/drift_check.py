@@ -188,8 +188,8 @@ def build_wheel(work: Path) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    done = run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                str(src), "-w", str(dist)], cwd=work, env=clean_env())
+    done = run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(src), "-w", str(dist)],
+               cwd=work, env=clean_env())           # pyproject's build-system, in pip's isolated build env
     if done.returncode:
         raise SystemExit(f"building the pagedlib wheel failed:\n{done.stderr[-2000:]}")
     (wheel,) = dist.glob("pagedlib-*.whl")

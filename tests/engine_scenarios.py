@@ -18,7 +18,7 @@ def chapter10_mixed_step() -> tuple[PagedBatch, BlockManager]:
     manager.free("X")
     a = SeqState(seq_id="A", request_id=0, prompt=list(range(6)), params=SamplingParams(), output=[7])
     b = SeqState(seq_id="B", request_id=1, prompt=list(range(10)), params=SamplingParams())
-    manager.append("A", 7)
+    manager.append("A")
     manager.allocate("B", b.prompt, commit=False)
     a.num_computed_tokens, b.num_computed_tokens = 7, 5
     return build_batch([a, b], [1, 5], manager, torch.device("cpu")), manager

@@ -41,9 +41,9 @@ def test_slot_formula():
 def test_append_grows_one_block_when_the_last_is_full():
     bm = BlockManager(4, 2)
     bm.allocate("a", [1, 2])
-    assert bm.append("a", 3) == [] and len(bm.block_table("a")) == 2
-    assert bm.append("a", 4) == [] and len(bm.block_table("a")) == 2
-    bm.append("a", 5)
+    assert bm.append("a") == [] and len(bm.block_table("a")) == 2
+    assert bm.append("a") == [] and len(bm.block_table("a")) == 2
+    bm.append("a")
     assert len(bm.block_table("a")) == 3 and bm.num_tokens("a") == 5
 
 
@@ -80,7 +80,7 @@ def test_out_of_blocks_on_append_and_copy_on_write_changes_nothing():
     bm.fork("a", "b")                          # block 1 is shared and half full
     before = state(bm)
     with pytest.raises(OutOfBlocks):
-        bm.append("a", 4)                      # would need a copy, but nothing is free
+        bm.append("a")                         # would need a copy, but nothing is free
     assert state(bm) == before
     bm2 = BlockManager(1, 2)
     bm2.allocate("a", [1, 2])
@@ -102,7 +102,7 @@ def test_id_errors(caching):
         bm.fork("a", "b")
     with pytest.raises(ValueError, match="empty"):
         bm.allocate("c", [])
-    for op in (lambda: bm.free("zz"), lambda: bm.append("zz", 1), lambda: bm.block_table("zz"),
+    for op in (lambda: bm.free("zz"), lambda: bm.append("zz"), lambda: bm.block_table("zz"),
                lambda: bm.fork("zz", "c"), lambda: bm.num_tokens("zz")):
         with pytest.raises(KeyError, match="no live sequence"):
             op()
@@ -120,7 +120,7 @@ def test_bad_token_ids_with_caching_change_nothing():
     before = state(bm)
     with pytest.raises(ValueError, match="token ids"):
         bm.allocate("b", [1, "x", 3])
-    bm.append("a", 2)
+    bm.append("a")
     before = state(bm)
     with pytest.raises(ValueError, match="token ids"):
         bm.commit("a", 2, [1, 2 ** 70])
@@ -142,10 +142,10 @@ def test_copy_on_write_only_for_a_shared_partly_filled_last_block():
     bm = BlockManager(8, 4)
     bm.allocate("p", range(6))                 # blocks [0, 1]; block 1 holds 2 of 4 tokens
     bm.fork("p", "c")
-    copies = bm.append("c", 99)
+    copies = bm.append("c")
     assert copies == [(1, 2)] and bm.block_table("c") == [0, 2] and bm.block_table("p") == [0, 1]
     assert bm.ref_count(1) == 1 and bm.ref_count(2) == 1 and bm.ref_count(0) == 2
-    assert bm.append("p", 98) == []            # the parent is now the only owner of block 1
+    assert bm.append("p") == []                # the parent is now the only owner of block 1
     assert bm.stats()["copies"] == 1
 
 
@@ -153,7 +153,7 @@ def test_full_shared_blocks_stay_shared():
     bm = BlockManager(8, 4)
     bm.allocate("p", range(8))                 # two full blocks
     bm.fork("p", "c")
-    assert bm.append("c", 1) == [] and bm.append("p", 2) == []
+    assert bm.append("c") == [] and bm.append("p") == []
     assert bm.block_table("c")[:2] == bm.block_table("p")[:2]
     assert bm.block_table("c")[2] != bm.block_table("p")[2]
 
@@ -203,8 +203,8 @@ def test_blocks_without_content_are_reused_before_cached_ones_and_tail_before_pr
 def test_blocks_filled_by_append_enter_the_cache():
     bm = BlockManager(8, 2, enable_prefix_caching=True)
     bm.allocate("a", [1])
-    for t in (2, 3, 4):
-        bm.append("a", t)
+    for _ in range(3):
+        bm.append("a")
     assert bm.num_cached_blocks == 0           # slots only: their K/V is not written yet
     bm.commit("a", 3, [1, 2, 3])
     assert bm.num_cached_blocks == 1
@@ -292,7 +292,7 @@ class ShadowKV(RuleBasedStateMachine):
         sid = self.pick(data)
         before, free = state(self.bm), self.bm.num_free_blocks
         try:
-            copies = self.bm.append(sid, token)
+            copies = self.bm.append(sid)
         except OutOfBlocks:
             assert state(self.bm) == before and free == 0
             return
@@ -323,7 +323,7 @@ class ShadowKV(RuleBasedStateMachine):
     def bad_ids_change_nothing(self, data):
         before = state(self.bm)
         try:
-            self.bm.append(self.next_id + 100, 1)
+            self.bm.append(self.next_id + 100)
         except KeyError:
             pass
         else:
@@ -444,7 +444,7 @@ def test_a_fork_inherits_what_its_parent_committed():
     bm = BlockManager(8, 2, enable_prefix_caching=True)
     bm.allocate("p", [1, 2, 3])                # commits its full block 0
     bm.fork("p", "c")
-    bm.append("c", 4)                          # copy-on-write of block 1, then it fills
+    bm.append("c")                             # copy-on-write of block 1, then it fills
     bm.commit("c", 4, [1, 2, 3, 4])
     assert bm.num_cached_blocks == 2
     assert bm.allocate("x", [1, 2, 3, 4, 5]) == 4 and bm.block_table("x")[:2] == bm.block_table("c")
@@ -539,3 +539,15 @@ def test_uncommit_drops_what_a_failed_step_registered():
     assert bm.num_cached_tokens([1, 2, 3, 4, 9]) == 2
     bm.commit("a", 5, [1, 2, 3, 4, 5])                             # the retry registers them again
     assert bm.num_cached_tokens([1, 2, 3, 4, 9]) == 4
+
+
+def test_append_takes_no_token_and_the_old_form_warns():
+    """The block manager keeps no tokens: append(seq_id) makes room; append(seq_id, token), the old
+    form, still makes room and says the argument is going."""
+    bm, old = BlockManager(4, 2), BlockManager(4, 2)
+    for m in (bm, old):
+        m.allocate("a", [1, 2])
+    assert bm.append("a") == []
+    with pytest.warns(DeprecationWarning, match=r"call append\(seq_id\)"):
+        assert old.append("a", 3) == []
+    assert state(bm) == state(old)

@@ -30,7 +30,7 @@ def test_predicted_blocks_and_copies_agree_with_the_block_manager():
         elif op == "fork":
             bm.fork(*args)
         else:
-            bm.append(args[0], 7)
+            bm.append(args[0])
     assert (bm.num_used_blocks, bm.num_copies) == ch06.predict_blocks_and_copies.reference
 
 

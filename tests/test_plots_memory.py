@@ -74,7 +74,7 @@ def test_plot_block_tables_highlights_shared_blocks():
     bm = pagedlib.BlockManager(8, 4, enable_prefix_caching=True)
     bm.allocate("a", range(6))
     bm.fork("a", "b")
-    bm.append("b", 9)
+    bm.append("b")
     fig = plots.plot_block_tables(bm)
     ax = fig.axes[0]
     assert labelled(fig) and "3 of 8 blocks" in ax.get_title().replace("\n", " ")

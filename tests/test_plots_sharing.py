@@ -76,8 +76,8 @@ def test_shared_tables_draw_a_shared_block_once_across_its_rows():
     assert len(green) == 3                              # blocks 0, 1, 2: one box each, 4 rows tall
     assert all(p.get_height() > 3 for p in green)
     assert sum(label.endswith("×4") for label in texts(fig)) == 3
-    for seq, token in (("s1", 1), ("s2", 2), ("s3", 3), ("s0", 0)):
-        bm.append(seq, token)                           # block 2 is copied three times
+    for seq in ("s1", "s2", "s3", "s0"):
+        bm.append(seq)                                  # block 2 is copied three times
     fig = plots.plot_shared_tables(bm, ["s0", "s1", "s2", "s3"])
     assert len(patches_of(fig, COLORS["shared"])) == 2
     assert len(patches_of(fig, COLORS["kv"])) == 4      # s0's block 2 and the three copies
@@ -100,7 +100,7 @@ def beam_run(parents, prompt_len=6, block_size=4):
         for old in beams:
             bm.free(old)
         for child in new:
-            bm.append(child, 100 * t)
+            bm.append(child)
         beams = new
     return bm, beams
 

@@ -49,12 +49,12 @@ def test_decode_names_a_block_only_when_it_is_full():
     bm.allocate("0", tokens)
     for t in [8] * 4:                                          # 59 tokens: no new block
         tokens.append(t)
-        bm.append("0", t)
+        bm.append("0")
         bm.commit("0", len(tokens), tokens)
     assert bm.block_table("0") == [1, 2, 3, 4] and not bm.is_cached(4)
     for t in [7] * 19:                                         # fills block 4, then one more block
         tokens.append(t)
-        bm.append("0", t)
+        bm.append("0")
         bm.commit("0", len(tokens), tokens)
     table = bm.block_table("0")
     assert len(table) == 5 and bm.is_cached(table[-2]) and not bm.is_cached(table[-1])

@@ -73,13 +73,14 @@ dict (an LRU list with O(1) removal), never scanned.
 ([0, 1], 6)
 >>> bm.fork("a", "b"); bm.ref_count(1)
 2
->>> bm.append("b", 6)                         # b writes into the shared half-full block: copy it
+>>> bm.append("b")                            # b writes into the shared half-full block: copy it
 [(1, 2)]
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
+import warnings
 from array import array
 from collections import OrderedDict, deque
 from typing import Callable, Hashable, Sequence
@@ -301,14 +302,18 @@ class BlockManager:
         seq.num_tokens = num_tokens
         return copies
 
-    def append(self, seq_id: Hashable, token_id: int | None = None) -> list[tuple[int, int]]:
+    def append(self, seq_id: Hashable, token_id: None = None) -> list[tuple[int, int]]:
         """Make room for one more token of a sequence; return the block copies to make first.
 
         ``allocate_slots(seq_id, num_tokens + 1)``: a new block when the last one is full, a copy
-        when it is partly filled and shared; :class:`OutOfBlocks` if no block is free. ``token_id``
-        is not stored (the caller owns the tokens and passes them to :meth:`commit`); it is accepted
-        so that the lessons can say which token.
+        when it is partly filled and shared; :class:`OutOfBlocks` if no block is free. The block
+        manager keeps no tokens (the caller owns them and passes them to :meth:`commit`), so it takes
+        none: ``token_id``, the old form's token, is deprecated (it still works, and warns).
         """
+        if token_id is not None:
+            warnings.warn("BlockManager.append(seq_id, token): the token is not used and the argument "
+                          "will go; call append(seq_id), and pass the tokens to commit()",
+                          DeprecationWarning, stacklevel=2)
         seq = self._seqs.get(seq_id) or self._seq(seq_id, "append")
         have = seq.num_tokens
         if have % self.block_size == 0:            # last block full (or none): grow by one block
