@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import html
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-__all__ = ["TableView", "display_or_print", "in_notebook", "show_table"]
+__all__ = ["Column", "Columns", "TableView", "display_or_print", "in_notebook", "show_table"]
 
 
 def in_notebook() -> bool:
@@ -118,3 +119,34 @@ def show_table(rows: Sequence[Sequence], headers: Sequence[str], *, caption: str
     """
     view = TableView(rows, headers, caption=caption, floatfmt=floatfmt)
     display_or_print(view, view.text())
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of :class:`Columns`: the row's ``key``, its ``header``, its ``width`` and ``fmt``, a
+    ``str.format`` template of one value (``"{:.1f}"``, ``"{:.0%}"``, ``"{:.2f}x"``); text columns
+    (``left=True``) are left-aligned, numbers right-aligned, as in :meth:`TableView.text`."""
+    key: str
+    header: str
+    width: int
+    fmt: str = "{}"
+    left: bool = False
+
+    def cell(self, text: str) -> str:
+        return text.ljust(self.width) if self.left else text.rjust(self.width)
+
+
+class Columns:
+    """A text table printed a row at a time, as a benchmark measures its rows (a :class:`TableView`
+    needs them all first): ``print(table.header())``, then ``print(table.line(row))`` for each row
+    (a dict of the columns' keys; a missing key prints empty)."""
+
+    def __init__(self, *columns: Column):
+        self.columns = columns
+
+    def header(self) -> str:
+        return " ".join(c.cell(c.header) for c in self.columns).rstrip()
+
+    def line(self, row: Mapping) -> str:
+        return " ".join(c.cell(c.fmt.format(row[c.key]) if c.key in row else "")
+                        for c in self.columns).rstrip()

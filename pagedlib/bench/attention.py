@@ -32,6 +32,7 @@ import torch
 
 from .. import runtime
 from ..memory.capacity import PEAK_BANDWIDTH_GBS   # matched against torch.cuda.get_device_name()
+from ..output import Column, Columns
 from ..validation import cdiv
 
 FIELDS = ["batch", "context", "block_size", "num_splits", "paged_us", "sdpa_us", "ref_us",
@@ -155,17 +156,22 @@ def run_gpu(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def format_row(r: dict) -> str:
-    return (f"{r['batch']:>5} {r['context']:>7} {r['block_size']:>5} {r['num_splits']:>6} "
-            f"{r['paged_us']:>9.1f} {r['sdpa_us']:>9.1f} {r['ref_us']:>10.1f} {r['paged_gbs']:>8.0f} "
-            f"{r['paged_frac_peak']:>7.0%} {r['paged_vs_sdpa']:>8.2f}x {r['paged_vs_ref']:>8.1f}x {r['max_err']:>8.1e}")
-
-
-HEADER = (f"{'batch':>5} {'context':>7} {'block':>5} {'splits':>6} {'paged us':>9} {'sdpa us':>9} "
-          f"{'ref us':>10} {'GB/s':>8} {'of peak':>7} {'vs sdpa':>9} {'vs ref':>9} {'max err':>8}")
+DECODE_TABLE = Columns(
+    Column("batch", "batch", 5), Column("context", "context", 7), Column("block_size", "block", 5),
+    Column("num_splits", "splits", 6), Column("paged_us", "paged us", 9, "{:.1f}"),
+    Column("sdpa_us", "sdpa us", 9, "{:.1f}"), Column("ref_us", "ref us", 10, "{:.1f}"),
+    Column("paged_gbs", "GB/s", 8, "{:.0f}"), Column("paged_frac_peak", "of peak", 7, "{:.0%}"),
+    Column("paged_vs_sdpa", "vs sdpa", 9, "{:.2f}x"), Column("paged_vs_ref", "vs ref", 9, "{:.1f}x"),
+    Column("max_err", "max err", 8, "{:.1e}"))
+HEADER = DECODE_TABLE.header()
+format_row = DECODE_TABLE.line
 
 
 # (num_heads, num_kv_heads), head_dim, block_size, seq_lens: small enough for the interpreter
+CPU_TABLE = Columns(
+    Column("kernel", "kernel", 22, left=True), Column("heads", "heads", 6), Column("head_dim", "head_dim", 8),
+    Column("block", "block", 5), Column("seq_lens", "seq_lens", 18, left=True),
+    Column("err", "max err", 8, "{:.1e}"), Column("ok", "ok", 3, left=True))
 CPU_CASES = [((8, 2), 128, 16, [1, 16, 17, 300]), ((5, 1), 80, 8, [9, 64]), ((6, 3), 256, 32, [33, 2085])]
 
 
@@ -177,7 +183,7 @@ def check_cpu() -> int:
 
     print("No CUDA GPU: Triton runs through the interpreter, whose timings mean nothing. Timings need a GPU;\n"
           "checking correctness against the PyTorch reference instead (fp32, NaN in unowned slots).\n")
-    print(f"{'kernel':<22} {'heads':>6} {'head_dim':>8} {'block':>5} {'seq_lens':<18} {'max err':>8}  ok")
+    print(CPU_TABLE.header())
     worst, failed = 0.0, 0
     for heads, head_dim, block_size, lens in CPU_CASES:
         x = random_paged_inputs(lens, *heads, head_dim, block_size, seed=0)
@@ -195,8 +201,8 @@ def check_cpu() -> int:
             ok = err <= 1e-4 and bool(torch.isfinite(out).all())
             failed += not ok
             worst = max(worst, err)
-            print(f"{name:<22} {heads[0]:>3}:{heads[1]:<2} {head_dim:>8} {block_size:>5} {str(lens):<18} "
-                  f"{err:>8.1e}  {'yes' if ok else 'NO'}")
+            print(CPU_TABLE.line(dict(kernel=name, heads=f"{heads[0]}:{heads[1]}", head_dim=head_dim,
+                                      block=block_size, seq_lens=lens, err=err, ok="yes" if ok else "NO")))
     print(f"\n{'all correct' if not failed else f'{failed} FAILED'} (worst error {worst:.1e}). "
           "For timings and bandwidth run this on a GPU: python -m pagedlib.bench attention")
     return 1 if failed else 0
@@ -297,15 +303,14 @@ def run_varlen(args: argparse.Namespace, timer=None) -> list[dict]:
     return rows
 
 
-VARLEN_HEADER = (f"{'what':<24} {'decode':>6} {'chunks':>6} {'chunk':>5} {'context':>7} {'block':>6} "
-                 f"{'layout':<9} {'us':>9} {'vs':>7}")
-
-
-def format_varlen_row(r: dict) -> str:
-    """``vs``: the separate kernels' time over the one kernel's (> 1: one kernel is faster), or for the
-    price of paging one page per sequence's time over this layout's (< 1: paging costs)."""
-    return (f"{r['what']:<24} {r['decode_rows']:>6} {r['chunks']:>6} {r['chunk']:>5} {r['context']:>7} "
-            f"{r['block_size']:>6} {r['layout']:<9} {r['us']:>9.1f} {r['vs']:>6.2f}x")
+VARLEN_TABLE = Columns(
+    Column("what", "what", 24, left=True), Column("decode_rows", "decode", 6), Column("chunks", "chunks", 6),
+    Column("chunk", "chunk", 5), Column("context", "context", 7), Column("block_size", "block", 6),
+    Column("layout", "layout", 9, left=True), Column("us", "us", 9, "{:.1f}"), Column("vs", "vs", 7, "{:.2f}x"))
+"""``vs``: the separate kernels' time over the one kernel's (> 1: one kernel is faster), or for the
+price of paging one page per sequence's time over this layout's (< 1: paging costs)."""
+VARLEN_HEADER = VARLEN_TABLE.header()
+format_varlen_row = VARLEN_TABLE.line
 
 
 def main_varlen(args: argparse.Namespace, argv: list[str]) -> int:

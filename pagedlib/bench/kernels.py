@@ -30,7 +30,7 @@ import torch
 
 from ..attention.kernels import launch
 from ..attention.kernels.launch import SM_LIMITS
-from ..output import TableView
+from ..output import Column, Columns, TableView
 from ..validation import cdiv
 
 CAPABILITIES = (75, 80, 90)                  # T4, A100, H100
@@ -366,10 +366,14 @@ def time_neighbours(args: argparse.Namespace) -> list[dict]:
                 raise
             rows.append(dict(name=name, tile=cfg.decode_tile, warps=cfg.decode_warps, stages=cfg.num_stages,
                              us=float("nan"), gbs=float("nan"), max_err=float("nan"), error=str(e)[:60]))
-        r = rows[-1]
-        print(f"{r['name']:<12} {r['tile']:>5} {r['warps']:>6} {r['stages']:>7} {r['us']:>10.1f} "
-              f"{r['gbs']:>8.0f} {r['max_err']:>9.1e} {r.get('error', '')}", flush=True)
+        print(NEIGHBOUR_TABLE.line(rows[-1]), flush=True)
     return rows
+
+
+NEIGHBOUR_TABLE = Columns(
+    Column("name", "config", 12, left=True), Column("tile", "tile", 5), Column("warps", "warps", 6),
+    Column("stages", "stages", 7), Column("us", "us", 10, "{:.1f}"), Column("gbs", "GB/s", 8, "{:.0f}"),
+    Column("max_err", "max err", 9, "{:.1e}"), Column("error", "", 0, left=True))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -401,7 +405,7 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"{runtime.gpu_name()}: decode, batch {args.batch}, context {args.context}, heads "
           f"{args.heads[0]}:{args.heads[1]}, head_dim {args.head_dim}, {args.dtype}, block_size {BLOCK_SIZE}")
-    print(f"{'config':<12} {'tile':>5} {'warps':>6} {'stages':>7} {'us':>10} {'GB/s':>8} {'max err':>9}")
+    print(NEIGHBOUR_TABLE.header())
     rows = time_neighbours(args)
     timed = [r for r in rows if r["gbs"] == r["gbs"]]
     best = max(timed, key=lambda r: r["gbs"])
