@@ -86,7 +86,7 @@ def test_out_of_blocks_on_append_and_copy_on_write_changes_nothing():
     bm2.allocate("a", [1, 2])
     before = state(bm2)
     with pytest.raises(OutOfBlocks, match="free or preempt"):
-        bm2.append("a", 3)
+        bm2.append("a")
     assert state(bm2) == before
 
 

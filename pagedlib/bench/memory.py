@@ -114,7 +114,7 @@ def append_rate(args: argparse.Namespace, num_blocks: int = 16384, n_seqs: int =
             bm.allocate(s, [1] * 7)
         for _ in range(steps):
             for s in range(n_seqs):
-                bm.append(s, 1)
+                bm.append(s)
 
     return n_seqs * steps / best_of(args.repeat, run)
 
