@@ -112,3 +112,77 @@
     localiseLinks();
   }
 })();
+
+/*
+ * A phone (tests/test_site_phone.py). Three things CSS alone cannot do:
+ * - Printed outputs keep their lines (at most 60 characters, the course's rule): a block whose
+ *   longest line is wider than its box gets a smaller font, just enough for it to fit, down to
+ *   OUTPUT_MIN_PX (at which 60 characters fit a 400 px screen); never wrapped, never cut.
+ * - A table wider than its box scrolls inside it, with its first column kept in place
+ *   (course.css, .course-scrolls): what a row is stays on the screen, and the shadow at its edge
+ *   says that the rest scrolls.
+ * - A table inside a ``{container} course-stack`` (the Try-it page's arithmetic) is stacked on a
+ *   phone: each cell is labelled with its column's heading (data-label, shown by course.css).
+ * Redone when the window changes size and when a collapsed output is opened.
+ */
+(function () {
+  "use strict";
+  var OUTPUT_MIN_PX = 9;
+
+  function fitOutputs(root) {
+    (root || document).querySelectorAll(".bd-article .cell_output pre, .bd-article .output pre")
+      .forEach(function (pre) {
+        pre.style.fontSize = "";
+        if (!pre.clientWidth || pre.scrollWidth <= pre.clientWidth + 1) return;
+        var cs = getComputedStyle(pre);
+        var pad = parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight);
+        var size = parseFloat(cs.fontSize) * (pre.clientWidth - pad) / (pre.scrollWidth - pad);
+        pre.style.fontSize = Math.max(OUTPUT_MIN_PX, Math.floor(size * 10) / 10) + "px";
+      });
+  }
+
+  function markWideTables(root) {
+    (root || document).querySelectorAll(".bd-article table").forEach(function (table) {
+      if (table.closest(".pagedlib-stepper, .course-stack")) return;
+      var box = table.parentElement;
+      while (box && !box.classList.contains("bd-article") &&
+             ["auto", "scroll"].indexOf(getComputedStyle(box).overflowX) < 0) box = box.parentElement;
+      if (!box || box.classList.contains("bd-article")) return;
+      box.classList.toggle("course-scrolls", box.clientWidth > 0 && box.scrollWidth > box.clientWidth + 1);
+    });
+  }
+
+  function labelStacked() {
+    document.querySelectorAll(".bd-article .course-stack table").forEach(function (table) {
+      var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
+        return th.textContent.trim();
+      });
+      table.querySelectorAll("tbody tr").forEach(function (row) {
+        Array.prototype.forEach.call(row.cells, function (cell, i) {
+          if (heads[i]) cell.setAttribute("data-label", heads[i]);
+        });
+      });
+    });
+  }
+
+  function layout(root) { fitOutputs(root); markWideTables(root); }
+
+  function start() {
+    labelStacked();
+    layout();
+    var timer = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(timer);
+      timer = setTimeout(function () { layout(); }, 100);
+    });
+    document.addEventListener("toggle", function (event) {
+      if (event.target.open) layout(event.target);
+    }, true);
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+  window.courseLayout = layout;
+})();

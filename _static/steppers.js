@@ -174,16 +174,18 @@
     function draw() {
       table.replaceChildren();
       const head = el("tr");
-      for (const h of ["tile", "scores", "tile max", "m", "α = e^(m_old − m)", "ℓ", "acc", "out = acc / ℓ"]) {
-        head.append(el("th", {}, h));
-      }
+      // data-col names each column: on a phone (exercises.css) only tile, m, α, ℓ and acc are
+      // shown, the state the kernel keeps; the note under the table gives out
+      const cols = ["tile", "scores", "tile-max", "m", "alpha", "l", "acc", "out"];
+      ["tile: tokens", "scores", "tile max", "m", "α = e^(m_old − m)", "ℓ", "acc", "out = acc / ℓ"]
+        .forEach((h, c) => head.append(el("th", { "data-col": cols[c] }, h)));
       table.append(head);
       steps.slice(0, at).forEach((st, i) => {
         const row = el("tr", { class: i === at - 1 ? "pagedlib-current" : "", "data-step": String(i) });
-        const cells = [`${i + 1}: tokens ${st.start}–${st.end - 1}`,
+        const cells = [`${i + 1}: ${st.start}–${st.end - 1}`,
           scores.slice(st.start, st.end).map(fmt).join(", "), fmt(st.tile_max), fmt(st.m),
           i === 0 ? "0 (nothing yet)" : fmt(st.alpha), fmt(st.l), fmt(st.acc), fmt(st.out)];
-        cells.forEach((c) => row.append(el("td", {}, c)));
+        cells.forEach((c, k) => row.append(el("td", { "data-col": cols[k] }, c)));
         table.append(row);
       });
       ui.back.disabled = at === 0;
@@ -196,7 +198,7 @@
         const rose = at > 1 && st.m > steps[at - 2].m;
         note.textContent = (rose ? `This tile raised the max to ${fmt(st.m)}: ℓ and acc were multiplied by ` +
           `α = ${fmt(st.alpha)} before its scores were added. ` : at > 1 ? "The max did not change: α = 1. " : "") +
-          `out so far: ${fmt(st.out)}; softmax(scores) @ values over all tokens: ${fmt(exact)}` +
+          `Out so far: ${fmt(st.out)}; softmax(scores) @ values over all tokens: ${fmt(exact)}` +
           (at === steps.length ? " (the same: done)." : ".");
       }
       box.pagedlibSteps = steps;

@@ -220,7 +220,7 @@ def verdict(versions: Versions | None = None) -> str:
     if order is not None:
         lines.insert(0, "broken: " + order)
     if not lines:
-        return f"ok: no known problem with triton {versions.triton} and numpy {versions.numpy}"
+        return f"ok: triton {versions.triton} and numpy {versions.numpy}: no known problem"
     return "\n".join(lines)
 
 

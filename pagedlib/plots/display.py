@@ -20,14 +20,33 @@ import io
 from ..output import display_or_print
 from .style import PIXEL_RATIO
 
-__all__ = ["FigureView", "figure_html", "png_2x", "show"]
+__all__ = ["FigureView", "SMALLEST_TEXT_KEY", "figure_html", "png_2x", "png_metadata", "show"]
+
+# A course PNG says how tall its smallest text is, in image pixels (a tEXt chunk): the site's phone
+# test (tests/test_site_phone.py) reads it to measure that text as the browser shows the figure.
+SMALLEST_TEXT_KEY = "pagedlib:smallest-text-px"
+
+
+def png_metadata(fig, dpi: float) -> dict:
+    """The metadata of ``fig`` saved at ``dpi``: no "Software" line, and the height in image pixels
+    of its smallest visible text (SMALLEST_TEXT_KEY)."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.get_window_extent(renderer).width > 0]
+    meta = {"Software": None}
+    if sizes:
+        meta[SMALLEST_TEXT_KEY] = f"{min(sizes) * dpi / 72:.1f}"
+    return meta
 
 
 def png_2x(fig) -> tuple[bytes, int, int]:
     """``fig`` as a PNG with PIXEL_RATIO pixels per CSS pixel; returns (png, css_width, css_height)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=fig.dpi * PIXEL_RATIO, bbox_inches="tight",
-                metadata={"Software": None})
+    dpi = fig.dpi * PIXEL_RATIO
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=png_metadata(fig, dpi))
     png = buffer.getvalue()
     # the PNG's IHDR chunk holds its size in pixels: bytes 16-24, big-endian
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")

@@ -557,5 +557,7 @@ def record_splits(record: dict, context: int = 16384, entry: str = "paged_attent
 if __name__ == "__main__":      # python -m pagedlib.plots.kernels: the GPU primer's picture
     out = Path(__file__).resolve().parents[2] / "book" / "images" / "gpu-memory-hierarchy.png"
     out.parent.mkdir(exist_ok=True)
-    gpu_memory_hierarchy().savefig(out, dpi=300)          # 3x: sharp at 520 px on any screen
+    from pagedlib.plots.display import png_metadata
+    fig = gpu_memory_hierarchy()      # 3x: sharp at 520 px on any screen
+    fig.savefig(out, dpi=300, metadata=png_metadata(fig, 300))
     print(f"wrote {out}")
