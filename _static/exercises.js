@@ -373,7 +373,9 @@
         "(which rounds down) or round the result yourself.";
     }
     if (numberAsked && got === "str" && v.str.trim().endsWith("%")) {
-      const share = kinds.includes("float") ? " (a share as a fraction: 25% is 0.25)" : "";
+      const percent = percentOf(v.str);
+      const share = !kinds.includes("float") ? "" : percent === null ? " (a share as a fraction: 25% is 0.25)"
+        : ` (a share as a fraction: write ${floatRepr(percent / 100)})`;
       return `${what} the text ${short(v)}, a str; expected ${want}: write the number itself, without ` +
         `quotes or a % sign${share}.`;
     }
@@ -399,6 +401,12 @@
     return null;
   }
 
+  /** The number before the % of a text such as "37.6%", or null (pagedlib.exercises._percent). */
+  function percentOf(text) {
+    const m = /^\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*%\s*$/.exec(text);
+    return m ? parseFloat(m[1]) : null;
+  }
+
   /** `text` as a sentence: its first letter a capital (pagedlib.exercises.sentence). */
   function sentence(text) {
     const first = text.slice(0, 1);
@@ -407,10 +415,15 @@
 
   /** {state, message} for `answer` (a tagged value) against `spec` (answers.answer_spec's JSON). */
   function judge(spec, answer, fallback = spec.fallback) {
-    if ("ellipsis" in answer || "none" in answer) return { state: "not attempted", message: SITE_NOT_ATTEMPTED };
+    if ("ellipsis" in answer) return { state: "not attempted", message: SITE_NOT_ATTEMPTED };
     const ctx = { expected: spec.expected, tolerance: spec.tolerance, unordered: spec.unordered,
       ignore_case: spec.ignore_case };
     const kinds = allowedKinds(spec.expected);
+    // In a notebook None is the untouched placeholder ("Not attempted yet"); typed in the box it
+    // is an answer, and not one of the kinds asked for.
+    if ("none" in answer) {
+      return { state: "incorrect", message: `Your answer is None; expected ${kinds.map(article).join(" or ")}.` };
+    }
     if (!hasKind(answer, kinds)) return { state: "incorrect", message: oneLine(wrongType(answer, kinds), 400) };
     const slip = wrongItemType(answer, spec.expected);
     if (slip) return { state: "incorrect", message: oneLine(`your answer is ${short(answer)}: ${slip}`, 400) };
@@ -431,6 +444,8 @@
       value = parsePython(text);
     } catch (err) {
       if (!(err instanceof PySyntaxError)) throw err;
+      // 37.6% typed as it is written in prose: judged as the text "37.6%" is in Python
+      if (percentOf(text) !== null) return judge(spec, { str: text.trim() }, fallback);
       return { state: "incorrect", message: `Python cannot read that: ${err.message}. Type a value such as ` +
         "`12`, `0.25`, `[1, 2]` or `('B', 4)`." };
     }

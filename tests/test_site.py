@@ -609,3 +609,74 @@ def test_dark_mode_shows_tables_and_verdicts_on_the_page_background(browser, sit
         .filter(e => !e.querySelector('img')).map(e => getComputedStyle(e).backgroundColor)
         .filter(c => c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent')""")
     assert patches == [], f"HTML outputs on light patches in dark mode: {patches[:3]}"
+
+
+# ---- page weight (issue 38) ----------------------------------------------------------------------------
+# What a first visit to a page downloads from the site, in bytes, measured in the browser (every local
+# file it requested): the theme's and the course's shared files (CSS, scripts, the icon fonts, the
+# search index), the page's own (its HTML and images), and MathJax (only on pages with math).
+# Before issue 38 the shared files alone were 2.68 MB (Font Awesome's 1.49 MB script and its
+# 156 KB font on every page); book/_ext/lighter_pages.py brought them to 0.94 MB.
+SHARED_BUDGET = 1_000_000
+OWN_BUDGET = 1_300_000
+MATHJAX_BUDGET = 1_500_000
+OWN_BUDGET_BY_PAGE = {
+    # chapter 4's animation of 23 frames is inline in the page (1.49 MB in all); its owner turns it
+    # into a stepper or a compact video (issue 38 item 7)
+    "notebooks/04_pages": 1_600_000,
+}
+
+
+def page_weight(b: Chromium, site: Path, page: str) -> dict[str, int]:
+    load(b, site, page, PHONE)
+    out = {"shared": 0, "own": 0, "mathjax": 0}
+    for url in set(b.requested_urls()):
+        if not url.startswith("file://"):
+            continue
+        path = Path(url[len("file://"):].split("?")[0].split("#")[0])
+        if not path.is_file():
+            continue
+        kind = ("mathjax" if "mathjax" in path.parts else
+                "shared" if "_static" in path.parts or path.name == "searchindex.js" else "own")
+        out[kind] += path.stat().st_size
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_pages_stay_under_their_weight_budget(browser, site, page):
+    weight = page_weight(browser, site, page)
+    own_budget = OWN_BUDGET_BY_PAGE.get(page, OWN_BUDGET)
+    over = [f"{kind} {weight[kind]:,} bytes > {budget:,}" for kind, budget in
+            (("shared", SHARED_BUDGET), ("own", own_budget), ("mathjax", MATHJAX_BUDGET))
+            if weight[kind] > budget]
+    assert not over, f"{page} at first visit: {', '.join(over)}"
+    assert not any("fontawesome.js" in u or u.endswith(".woff2") for u in browser.requested_urls()), \
+        "Font Awesome's bundle or full fonts were loaded"
+
+
+# ---- the site's answer box on two odd answers (issue 38 item 6) ------------------------------------------
+@pytest.mark.slow
+def test_the_site_answers_none_and_a_percent_as_python_does(browser):
+    """Typed in the box, None is an answer of the wrong kind, not "Not attempted yet"; "37.6%"
+    (typed bare or quoted) gets the message Python gives the text "37.6%": write 0.376."""
+    import json
+
+    from pagedlib.exercises import SITE_TRY_A_HINT, TRY_A_HINT, registry
+    from pagedlib.exercises.answers import answer_spec
+
+    ex = registry()["ch03.oracle_reservation"]
+    assert isinstance(ex.reference, float) and ex.is_declarative
+    python = ex.check("37.6%")
+    assert python.state == "incorrect" and "write 0.376" in python.message
+    browser.open("about:blank")
+    browser.js((ROOT / "_static" / "exercises.js").read_text() + "; 0")
+    spec = json.dumps(answer_spec(ex))
+    check = lambda text: browser.js(f"pagedlibExercises.checkText({spec}, {json.dumps(text)})")  # noqa: E731
+    none = check("None")
+    assert none["state"] == "incorrect" and none["message"] == "Your answer is None; expected an int or a float."
+    for typed in ("37.6%", "'37.6%'", " 37.6 % "):
+        got = check(typed)
+        assert got["state"] == "incorrect" and "write 0.376" in got["message"], (typed, got)
+    assert check("'37.6%'")["message"] == python.message.replace(TRY_A_HINT, SITE_TRY_A_HINT)
+    assert check("...")["state"] == "not attempted"

@@ -278,3 +278,24 @@ def test_the_ref_count_stepper_and_the_exercise_fallback_on_the_built_site(site)
     for page in spec_pages:
         text = page.read_text()
         assert "(on the website: the Hint button)" not in text and "Press Hint for a clue." in text
+
+
+def test_font_awesome_is_cut_to_the_icons_used():
+    """The icons a page names and those the theme's CSS draws keep their glyphs; no other."""
+    ext = _module(ROOT / "book" / "_ext" / "lighter_pages.py", "lighter_pages")
+    css = ('.fa-bars:before,.fa-navicon:before{content:"\\f0c9"}.fa-rocket:before{content:"\\f135"}'
+           ':root{--pst-icon-admonition-tip:"\\f0eb";--pst-icon-github:"\uf09b"}')
+    assert ext.icon_code_points(css, {"bars", "lg"}) == {0xF0C9, 0xF0EB, 0xF09B}
+    page = ('<script defer src="../_static/scripts/fontawesome.js?digest=55c2"></script>\n'
+            '<script src="../_static/course.js"></script>')
+    kept = ext.drop_fontawesome_script(page)
+    assert "fontawesome" not in kept and kept.strip() == '<script src="../_static/course.js"></script>'
+
+
+@pytest.mark.slow
+def test_the_built_site_has_no_font_awesome_bundle_and_small_icon_fonts(site):
+    assert not (site / "_static" / "scripts" / "fontawesome.js").exists()
+    fonts = list((site / "_static" / "vendor" / "fontawesome" / "webfonts").iterdir())
+    assert fonts and all(f.name.endswith(".subset.woff") and f.stat().st_size < 10_000 for f in fonts), fonts
+    for page in BUILT_PAGES:
+        assert "fontawesome.js" not in (site / f"{page}.html").read_text()

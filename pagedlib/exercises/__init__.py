@@ -632,6 +632,9 @@ def _wrong_type(answer: Any, kinds: tuple[type, ...], what: str, where: str) -> 
                 f"without `return` (or one that prints it) gives None.")
     if number_asked and isinstance(answer, str) and answer.strip().endswith("%"):
         share = " (a share as a fraction: 25% is 0.25)" if float in kinds else ""
+        percent = _percent(answer)
+        if float in kinds and percent is not None:
+            share = f" (a share as a fraction: write {percent / 100!r})"
         return (f"{what} the text {_short(answer)}{where}, a str; expected {want}: "
                 f"write the number itself, without quotes or a % sign{share}.")
     if number_asked and isinstance(answer, str):
@@ -641,6 +644,13 @@ def _wrong_type(answer: Any, kinds: tuple[type, ...], what: str, where: str) -> 
         return (f"{what} {_short(answer)}{where}, a tensor; expected {want}: "
                 f"`.item()` turns a one-element tensor into a Python number.")
     return f"{what} {_short(answer)}{where}, {_a(got)}; expected {want}."
+
+
+def _percent(text: str) -> float | None:
+    """The number before the % of a text such as "37.6%" (or None): the site's checker reads the
+    same (_static/exercises.js, percentOf)."""
+    m = re.fullmatch(r"\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*%\s*", text)
+    return float(m.group(1)) if m else None
 
 
 def _inline_html(text: str) -> str:
