@@ -2,6 +2,7 @@
 floors are cells of the matrix, and nox runs one session per cell with those rules (the matrix itself
 runs in `make drift`; one cell of it runs in CI). nox is not needed here: a stand-in records what the
 noxfile declares and what a session asks of nox."""
+import os
 import importlib.util
 import re
 import sys
@@ -207,7 +208,10 @@ def test_make_drift_installs_nox_from_pypi_and_ci_runs_one_cell_in_a_fresh_venv(
     (line,) = [line for line in ci.splitlines() if line.startswith("make drift")]
     args = line.split()[2:]
     assert "DRIFT_CELLS=3.2.0/2.3.5" in args and "3.2.0/2.3.5" in drift_check.MATRIX
-    shown = subprocess.run(["make", "-n", "-o", ".venv/.installed", "drift", *args], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.splitlines()
+    # run under `make test` (a sub-make): no "Entering directory" lines, no inherited flags
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    shown = subprocess.run(["make", "--no-print-directory", "-n", "-o", ".venv/.installed", "drift",
+                            *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                           check=True).stdout.splitlines()
     assert re.fullmatch(r'\S+ -m pip install --quiet "nox==[\d.]+"', shown[0])
     assert shown[1].endswith('-m nox -f noxfile.py --reuse-venv=no -s "drift(3.2.0/2.3.5)" drift_table')

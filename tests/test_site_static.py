@@ -223,7 +223,7 @@ def test_the_landing_card_adds_up_the_chapters_header_lines():
     assert f"about {total / 60:.1f} hours for the {len(NOTEBOOKS)} chapters" in card
     for label in ("For:", "You need:", "Time:", "GPU:"):
         assert f"<strong>{label}</strong>" in card
-    assert "chapters 0, 8, 9 and 10" in card
+    assert "chapters 0, 8, 9, 10 and 10b" in card
     # after the three buttons, which stay on a phone's first screen (tests/test_site.py)
     assert intro.index('<div class="course-buttons">') < intro.index("<!-- course-card")
 
