@@ -34,24 +34,33 @@ references (chapters 11 and 12).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_submodules
 from ..output import TableView
 from ..validation import positive_int
 from .buddy import BuddyAllocator, next_pow2
-from .counting_engine import CountingEngine
-from .loop import StepLoop
 from .paper import FIGURE2, FIGURE2_APPROXIMATE, FIGURE13, KV_SLOTS, MAX_LEN, POLICY_LABELS
-from .request import SimRequest
-from .reservation import RESERVATION_POLICIES, ReservationPool, reservation_size
-from .result import SimResult
+from .reservation import RESERVATION_POLICIES, reservation_size
 from .timing import OPT13B_A100, StepTime
-from .workload import Workload
-from . import latency as latency    # pagedlib.sim.latency, re-exported
+
+if TYPE_CHECKING:
+    from .result import SimResult
+    from .workload import Workload
 
 POLICIES = (*RESERVATION_POLICIES, "paged")
 
 __all__ = ["Workload", "simulate", "SimResult", "BuddyAllocator", "StepTime", "OPT13B_A100",
            "POLICIES", "FIGURE2", "FIGURE2_APPROXIMATE", "FIGURE13", "KV_SLOTS", "MAX_LEN", "POLICY_LABELS",
            "reservation_size", "next_pow2", "compare_with_paper"]
+
+# The modules that use numpy load on first use, so that the Orca policies (chapter 3's checkers)
+# import where numpy does not (the site's in-browser Python).
+__getattr__, __dir__ = lazy_submodules(
+    __name__, ("buddy", "clocked", "counting_engine", "cuda_graphs", "disaggregated", "latency", "loop", "paper", "prefix_trace",
+               "request", "reservation", "result", "router", "tiers", "timing", "workload"),
+    exports={"Workload": "workload", "SimResult": "result", "CountingEngine": "counting_engine",
+             "StepLoop": "loop", "SimRequest": "request", "ReservationPool": "reservation"})
 
 
 def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_size: int = 16,
@@ -80,6 +89,11 @@ def simulate(workload: Workload, policy: str, kv_slots: int = KV_SLOTS, block_si
         raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
     for name, value in (("kv_slots", kv_slots), ("block_size", block_size), ("max_len", max_len)):
         positive_int(name, value, "slots")
+    from .counting_engine import CountingEngine
+    from .loop import StepLoop
+    from .request import SimRequest
+    from .reservation import ReservationPool
+
     arrivals = workload.arrival_times(request_rate, seed)
     if policy == "paged":
         return CountingEngine(workload.prompt_lens, workload.output_lens, arrivals, kv_slots=kv_slots,
