@@ -380,7 +380,7 @@ FACTS: tuple[Fact, ...] = (
          contradicted_by=(r"vLLM samples by default \(temperature 1\.0\)",)),
     # ---- chapter 12: capacity at scale
     Fact("vllm_sizing", "vLLM", "v0.21 and later",
-         "vLLM v1 sizes its cache the way chapter 4 does, after a profiling run: the blocks are what is "
+         "vLLM v1 sizes its cache the way chapter 4b does, after a profiling run: the blocks are what is "
          "left of `gpu_memory_utilization` of the GPU (0.92 by default since v0.21, 0.9 before) once the "
          "weights, the peak activations, the non-torch memory that grew during the run and, since v0.21, "
          "the profiled CUDA-graph memory are subtracted; the CUDA context and NCCL exist before its "
