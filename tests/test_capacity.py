@@ -1,4 +1,5 @@
 """Capacity math: pages, the seed lesson's two plans (exact numbers), model sizes, blocks per GPU."""
+import numpy as np
 import pytest
 
 import pagedlib
@@ -95,6 +96,9 @@ def test_plan_errors():
         pagedlib.paged_plan([], 16)
     with pytest.raises(ValueError, match=r"lengths\[1\]"):
         pagedlib.paged_plan([3, -2], 16)
+    with pytest.raises(ValueError, match=r"block_size must be a positive integer number of tokens; got True"):
+        pagedlib.paged_plan([3], True)
+    assert type(pagedlib.paged_plan([3], np.int64(4)).unit) is int
     with pytest.raises(ValueError, match="at least one request"):
         pagedlib.paged_plan([0], 16).capacity(100)
     with pytest.raises(ValueError, match="pool_slots"):

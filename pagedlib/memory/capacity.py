@@ -24,7 +24,6 @@ A :class:`Plan` reports the token slots used and allocated, the waste and the ca
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Sequence
@@ -202,11 +201,12 @@ def paged_plan(lengths: Sequence[int], block_size: int) -> Plan:
     The only waste is the unused tail of each request's last block, at most ``block_size - 1`` tokens.
     """
     lengths = _check_lengths(lengths)
+    block_size = positive_int("block_size", block_size, "tokens")
     rows = []
     for i, n in enumerate(lengths):
         blocks = blocks_for(n, block_size)
         rows.append(PlanRow(f"r{i + 1}", n, blocks, blocks * block_size, tail=blocks * block_size - n))
-    return Plan("paged", operator.index(block_size), rows)
+    return Plan("paged", block_size, rows)
 
 
 # ---- models ------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -370,12 +369,12 @@ def split_waves(programs: int, key_tiles: int, sms: int, splits: list[int], per_
     slots = sms * per_sm                                           # seats in one wave
     allowed = set(split_candidates(key_tiles, slots))
     best = max(wave_efficiency(programs * s, slots) for s in allowed)
-    most_waves = max(math.ceil(programs * s / slots) for s in splits)
+    most_waves = max(cdiv(programs * s, slots) for s in splits)
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.6 + 0.55 * len(splits)))
     for row, s in enumerate(splits):
         total = programs * s
         colour = COLORS["kv"] if s == chosen else COLORS["tail"] if s in allowed else COLORS["padding"]
-        for wave in range(math.ceil(total / slots)):
+        for wave in range(cdiv(total, slots)):
             filled = min(slots, total - wave * slots)
             ax.barh(row, slots, left=wave * slots, height=0.6, color="white", edgecolor="black", lw=0.8)
             ax.barh(row, filled, left=wave * slots, height=0.6, color=colour, edgecolor="black", lw=0.8)
