@@ -106,9 +106,9 @@ def profile(llm, prompts: Sequence[Sequence[int]], sampling_params=None) -> Step
     scheduler, schedule = llm.scheduler, llm.scheduler.schedule
 
     def timed_schedule():
-        plan = schedule()
+        scheduled = schedule()
         marks["scheduled"] = time.perf_counter()
-        return plan
+        return scheduled
 
     def before_forward(module, args):
         _sync(device)

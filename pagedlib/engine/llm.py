@@ -377,12 +377,12 @@ class LLM:
         """
         self._check_usable()
         start = time.perf_counter()
-        plan = self.scheduler.schedule()
+        scheduled = self.scheduler.schedule()
         try:
-            return self._run(plan, start)
+            return self._run(scheduled, start)
         except BaseException as exc:
             try:
-                self.scheduler.undo(plan)
+                self.scheduler.undo(scheduled)
             except BaseException as undo_failure:
                 self._failure = undo_failure
                 raise EngineFailed(f"a step failed with {type(exc).__name__}: {exc}, and undoing it failed "
@@ -391,18 +391,18 @@ class LLM:
                                    ) from exc
             raise
 
-    def _run(self, plan: ScheduledStep, start: float) -> list[int]:
-        for src, dst in plan.copies:                     # copy-on-write before anyone writes
+    def _run(self, scheduled: ScheduledStep, start: float) -> list[int]:
+        for src, dst in scheduled.copies:                # copy-on-write before anyone writes
             self.kv_cache.copy_block(src, dst)
-        seqs = plan.seqs
-        if not seqs and not self.scheduler.running and self.scheduler.waiting and not plan.preempted:
+        seqs = scheduled.seqs
+        if not seqs and not self.scheduler.running and self.scheduler.waiting and not scheduled.preempted:
             head = self.scheduler.waiting[0]
             raise RuntimeError(f"request {head.request_id} cannot be admitted even into an empty cache "
                                f"({len(head)} tokens, {head.num_samples} seats); the admission rule "
                                "(can_admit) or check_request should have refused it")
         sampled: list[tuple[SeqState, int | None]] = []  # (sequence, or its parent and a new sample's index)
         if seqs:
-            batch = build_batch(seqs, plan.num_new_tokens, self.block_manager, self.model.device)
+            batch = build_batch(seqs, scheduled.num_new_tokens, self.block_manager, self.model.device)
             logits = self.model(batch, self.kv_cache)    # [num_seqs, vocab_size]: each one's last token
             rows, params, generators = [], [], []
             for row, seq in enumerate(seqs):
@@ -426,10 +426,10 @@ class LLM:
         else:
             samples = []
         now = time.perf_counter()
-        for seq in plan.admitted:
+        for seq in scheduled.admitted:
             self.recorder.admitted(seq.request_id, seq.num_cached_tokens)
         self.recorder.produced({s.request_id for s in samples}, now)
-        self._record(plan, len(samples), now - start)
+        self._record(scheduled, len(samples), now - start)
         self._produced = samples
         return self._retire(samples)
 
@@ -506,12 +506,12 @@ class LLM:
         reserve-max baseline adds its reserved blocks)."""
         return StepRecord(**fields)
 
-    def _record(self, plan: ScheduledStep, tokens_sampled: int, seconds: float) -> None:
+    def _record(self, scheduled: ScheduledStep, tokens_sampled: int, seconds: float) -> None:
         """Count this step and append it to the history (measured before retiring)."""
         bm, running = self.block_manager, self.scheduler.running
         self.recorder.step(self.step_record(
             step=self.metrics.steps + 1, running=len(running), waiting=len(self.scheduler.waiting),
             blocks_used=bm.num_used_blocks,
             logical_blocks=sum(cdiv(bm.num_tokens(s.seq_id), self.block_size) for s in running),  # unshared
-            preempted=len(plan.preempted), prefill_tokens=sum(plan.prefill_chunks),
-            decode_tokens=len(plan.decodes), seconds=seconds), tokens_sampled)
+            preempted=len(scheduled.preempted), prefill_tokens=sum(scheduled.prefill_chunks),
+            decode_tokens=len(scheduled.decodes), seconds=seconds), tokens_sampled)

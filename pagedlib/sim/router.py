@@ -163,19 +163,19 @@ class Replica:
 
     def step(self) -> list[_Request]:
         """One step from ``clock``; return the requests it finished (their last token at the end)."""
-        plan = self.scheduler.schedule()
-        if not plan.seqs:
+        scheduled = self.scheduler.schedule()
+        if not scheduled.seqs:
             raise RuntimeError("the scheduler ran nobody although requests wait; every request was "
                                "checked to fit an empty pool, so this is a bug")
         loaded = 0
-        for seq in plan.admitted:
+        for seq in scheduled.admitted:
             req = self._requests[seq.seq_id]
             tier = self._load_from_tier(seq) if self.cpu_tier is not None else 0
             loaded += tier
             if req.hit_tokens < 0:
                 req.hit_tokens, req.tier_tokens = seq.num_cached_tokens, tier
-        kv_read = sum(s.num_computed_tokens for s in plan.seqs)
-        prefill = sum(plan.prefill_chunks) - loaded
+        kv_read = sum(s.num_computed_tokens for s in scheduled.seqs)
+        prefill = sum(scheduled.prefill_chunks) - loaded
         # copies back are counted as if they ran before the step (a real engine overlaps them)
         seconds = self.step_time(kv_read, prefill) + loaded * self.copy_s_per_token
         self.loaded_tokens += loaded
@@ -184,7 +184,7 @@ class Replica:
         self.prefill_tokens += prefill
         self.steps += 1
         finished = []
-        for seq in plan.seqs:
+        for seq in scheduled.seqs:
             if seq.all_computed:                    # it samples: the next token of its reply
                 req = self._requests[seq.seq_id]
                 seq.output.append(req.reply[len(seq.output)])
