@@ -429,6 +429,18 @@ FACTS: tuple[Fact, ...] = (
          "load-aware request routing and distributed KV cache management; its transfer library NIXL moves "
          "the K/V between GPUs, CPU memory and storage.",
          "https://github.com/ai-dynamo", "github.com/ai-dynamo", _NOW),
+    # the links a K/V block crosses (chapter 13's break-even: pagedlib.sim.tiers.LINK_BANDWIDTH_GBS)
+    Fact("pcie_links", "PCI Express", "PCIe 4.0 and 5.0 base specifications (PCI-SIG, 2017 and 2019)",
+         "A **PCIe 5.0** x16 link runs at 32 GT/s a lane, up to 128 GB/s in both directions together "
+         "(PCI-SIG), so about 64 GB/s each way; **PCIe 4.0** x16 half that, about 32 GB/s each way. A "
+         "GPU's copies to and from host memory cross it.",
+         "https://www.computing.co.uk/ctg/news/3076591/pcie-5-spec-pci-sig-pcie-4",
+         "PCI-SIG's PCIe 5.0 release, as reported by Computing (May 2019)", "2026-12-05"),
+    Fact("nvlink_c2c", "NVIDIA Grace Hopper", "GH200 (NVLink-C2C)",
+         "On a **GH200** Grace Hopper superchip the CPU and the GPU share **NVLink-C2C**, a coherent link "
+         "of 900 GB/s in both directions together (450 GB/s each way), 7x PCIe 5.0 x16.",
+         "https://developer.nvidia.com/blog/nvidia-grace-hopper-superchip-architecture-in-depth/",
+         "NVIDIA Technical Blog: Grace Hopper Superchip Architecture In-Depth", "2026-12-05"),
     Fact("mooncake", "Mooncake", "kvcache-ai/Mooncake README",
          "**Mooncake**, the serving platform of Moonshot AI's Kimi, is a KVCache-centric disaggregated "
          "architecture (FAST 2025); its Transfer Engine moves K/V over (GPUDirect) RDMA, and vLLM and "
@@ -480,7 +492,7 @@ BOXES: dict[str, tuple[str, ...]] = {
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction", "sglang_dp_attention",
            "blackwell_gpus"),
     "13": ("vllm_offloading_connector", "kv_offload", "vllm_kv_connectors", "mooncake", "sglang_router",
-           "vllm_stack_load_aware", "llmd_paths", "dynamo_parts"),
+           "vllm_stack_load_aware", "llmd_paths", "dynamo_parts", "pcie_links", "nvlink_c2c"),
 }
 
 #: Each chapter's section of book/references.md (its other sources).

@@ -251,7 +251,8 @@ CHAPTERS = {
                              "chapters 2 to 4", CPU_OK, ["sim/"]),
     "13_beyond_one_engine": ("routing by prefix across replicas, a CPU tier under the GPU pool, "
                              "prefill and decode on two engines", "chapters 7, 10 and 12", CPU_OK,
-                             ["sim/router.py", "sim/tiers.py", "engine/disagg.py"]),
+                             ["sim/router.py", "sim/tiers.py", "engine/offload.py", "engine/disagg.py",
+                              "sim/disaggregated.py"]),
 }
 WORDS_PER_MINUTE, MINUTES_PER_EXERCISE = 150, 8
 

@@ -2,7 +2,7 @@
 import pytest
 
 from pagedlib.memory.block_manager import BlockManager
-from pagedlib.memory.capacity import MODELS, PEAK_FP16_TFLOPS
+from pagedlib.memory.capacity import MODELS, PEAK_FP16_TFLOPS, SMOLLM2_135M
 from pagedlib.sim.router import ChatWorkload, serve_chats
 from pagedlib.sim.tiers import (LINK_BANDWIDTH_GBS, CpuTier, break_even_gbs, copy_s_per_token,
                                 recompute_s_per_token)
@@ -60,6 +60,16 @@ def test_break_even_is_bytes_over_recompute_time():
     assert 3 < break_even_gbs() < 5 < LINK_BANDWIDTH_GBS["PCIe 4 x16"]      # GQA: copying wins on PCIe 4
     with pytest.raises(ValueError, match="link must be one of"):
         copy_s_per_token(link="carrier pigeon")
+
+
+def test_the_break_even_exercise_is_the_library_s_answer():
+    """ch13.break_even computes in plain Python (for the site); its answer is break_even_gbs's."""
+    from pagedlib.exercises import ch13
+    assert ch13.break_even.reference == pytest.approx(break_even_gbs(SMOLLM2_135M, "H100"), abs=0.05)
+    assert ch13._LLAMA_EVEN == pytest.approx(break_even_gbs("llama-3-8b", "H100"))
+    assert SMOLLM2_135M.kv_bytes_per_token == 23_040
+    # a small model has much K/V per FLOP: PCIe 5 reached at half its peak does not pay
+    assert 0.5 * LINK_BANDWIDTH_GBS["PCIe 5 x16"] < break_even_gbs(SMOLLM2_135M, "H100")
 
 
 def test_a_tier_turns_recomputed_prefixes_into_copies():

@@ -137,6 +137,18 @@ def test_engine_equals_generate_on_real_chats(converted):
 
 
 @pytest.mark.slow
+def test_the_course_spec_of_smollm2_is_the_model_s(converted):
+    """pagedlib.memory.capacity.SMOLLM2_135M (chapter 13's byte and FLOP counts) against the model."""
+    from pagedlib.memory.capacity import SMOLLM2_135M as spec
+    _, hf, _, _ = converted
+    c = hf.config
+    assert (spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.max_len) == (
+        c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+        c.max_position_embeddings)
+    assert spec.num_params == sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.slow
 def test_eos_stops_a_reply(converted):
     _, hf, tokenizer, _ = converted
     prompt = smollm2.chat_ids(tokenizer, [{"role": "user", "content": "Reply with the single word: yes."}])

@@ -33,7 +33,7 @@ from ..validation import as_int, cdiv, nonnegative_int, positive_int
 
 __all__ = ["blocks_for", "next_pow2", "reserve_max_slots", "PlanRow", "Plan", "reserve_max_plan", "paged_plan",
            "ModelSpec",
-           "MODELS", "model_spec", "requests_that_fit", "requests_per_group", "kv_budget", "GPU", "GPUS", "BLACKWELL_GPUS", "gpu_spec", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
+           "MODELS", "SMOLLM2_135M", "model_spec", "requests_that_fit", "requests_per_group", "kv_budget", "GPU", "GPUS", "BLACKWELL_GPUS", "gpu_spec", "PEAK_BANDWIDTH_GBS", "PEAK_FP16_TFLOPS",
            "GPU_MEMORY_UTILIZATION", "usable_memory",
            "blocks_for_gpu", "GiB", "KiB"]
 
@@ -432,6 +432,12 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("qwen3-coder-next", 48, 16, 2, 256, 79_674_391_296, 262_144, num_state_layers=36,
               state_bytes_per_layer=(32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3) * 2),
 ]}
+
+# The course's real chat model (chapters 7, 10, 11 and 13; pagedlib.models.smollm2), from its
+# config.json: 30 layers, 9 query and 3 K/V heads of 64, 134,515,008 parameters (embedding tied to
+# the head). Kept out of MODELS, the table of chapter 1; its K/V counted in fp16 (2 bytes), as a GPU
+# serves it.
+SMOLLM2_135M = ModelSpec("smollm2-135m", 30, 9, 3, 64, 134_515_008, 8192)   # 22.5 KiB per token
 
 
 def kv_budget(model: "ModelSpec | str", gpu: int | str, utilization: float | None = None,

@@ -44,26 +44,30 @@ class TraceRequest:
     after: int | None = None
 
 
-def _ids(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(1000, 50_000) for _ in range(n)]
+MAX_ID = 50_000     # made-up token ids are drawn from 1000 to MAX_ID - 1
+
+
+def _ids(rng: random.Random, n: int, max_id: int = MAX_ID) -> list[int]:
+    return [rng.randrange(1000, max_id) for _ in range(n)]
 
 
 def multi_turn_chat(seed: int = 0, sessions: int = 24, turns: int = 4, system_len: int = 120,
-                    user_len: tuple[int, int] = (10, 40), reply_len: tuple[int, int] = (20, 80)
-                    ) -> list[TraceRequest]:
+                    user_len: tuple[int, int] = (10, 40), reply_len: tuple[int, int] = (20, 80),
+                    max_id: int = MAX_ID) -> list[TraceRequest]:
     """Chat sessions behind one shared system prompt, their turns interleaved at random (each
     session's turns in order). Turn ``t``'s prompt = system prompt + the earlier turns' messages and
-    replies + a new message."""
+    replies + a new message. Token ids are drawn below ``max_id``: a real model's vocabulary size
+    when the trace is fed to a model."""
     rng = random.Random(seed)
-    system = _ids(rng, system_len)
+    system = _ids(rng, system_len, max_id)
     history = [list(system) for _ in range(sessions)]
     left = [turns] * sessions
     last: list[int | None] = [None] * sessions
     trace: list[TraceRequest] = []
     while any(left):
         s = rng.choice([i for i in range(sessions) if left[i]])
-        prompt = history[s] + _ids(rng, rng.randint(*user_len))
-        reply = _ids(rng, rng.randint(*reply_len))
+        prompt = history[s] + _ids(rng, rng.randint(*user_len), max_id)
+        reply = _ids(rng, rng.randint(*reply_len), max_id)
         trace.append(TraceRequest(len(trace), s, tuple(prompt), tuple(reply), last[s]))
         last[s] = len(trace) - 1
         history[s] = prompt + reply

@@ -27,8 +27,9 @@ __all__ = ["CpuTier", "LINK_BANDWIDTH_GBS", "recompute_s_per_token", "copy_s_per
            "break_even_gbs"]
 
 # One direction of each link, GB/s (10^9 bytes/s), peak: PCIe 4.0 and 5.0 x16 (16 and 32 GT/s x 16
-# lanes, 128b/130b encoding: 31.5 and 63 GB/s, rounded as the PCI-SIG and vendors quote them);
-# NVLink-C2C between Grace and Hopper: 900 GB/s both directions together (NVIDIA GH200 datasheet).
+# lanes, 128b/130b encoding: 31.5 and 63 GB/s, rounded as the PCI-SIG quotes them); NVLink-C2C
+# between Grace and Hopper: 900 GB/s both directions together. Sources, versions and dates:
+# pagedlib.facts, "pcie_links" and "nvlink_c2c".
 LINK_BANDWIDTH_GBS = {"PCIe 4 x16": 32, "PCIe 5 x16": 64, "NVLink-C2C": 450}
 GB, TB = 10**9, 10**12
 
