@@ -74,6 +74,20 @@ def test_the_dry_run_rehearses_every_section_of_the_script(tmp_path):
     assert all(set(r["us"]) == {"1", "2", "4"} for r in stored["splits"]["rows"])
     assert stored["paging"]["rows"] and len(stored["attention"]) and len(stored["block_size"])
     assert [g["name"] for g in stored["goals"]] == [g[0] for g in gpu_record.GOALS]
+    assert stored["launch"] == gpu_record.launch_entry(None)                     # the interpreter's rules
+
+
+def test_a_record_says_whether_it_measured_todays_launch_rules():
+    """The record stores the launch rules it ran with; a change of rules (the prefill tiles) makes
+    it out of date, and a record without the entry predates them."""
+    h200 = {"capability": [9, 0], "launch": gpu_record.launch_entry((9, 0))}
+    assert gpu_record.launch_current(h200) and gpu_record.launch_changes(h200) == []
+    old = json.loads(json.dumps(h200))
+    old["launch"]["group 4"]["prefill_rows"] = 32
+    assert not gpu_record.launch_current(old)
+    assert gpu_record.launch_changes(old) == ["prefill_rows: 32 -> 64"]
+    assert not gpu_record.launch_current({"capability": [9, 0]})               # stored none: predates
+    assert not gpu_record.launch_current(STORED)
 
 
 def test_greedy_fidelity_finds_a_token_that_is_not_the_argmax():

@@ -59,7 +59,7 @@ def test_every_configuration_follows_the_kernels_rules(capability, dtype):
         assert cfg.group_pad < 2 * max(launch.MIN_DOT_ROWS if tensor_cores else 1, group), case
         assert cfg.group == group and cfg.head_dim == head_dim, case
         # K/V and query tiles: powers of two (tl.arange), at least 16 (tl.dot)
-        for tile in (cfg.tile, cfg.tile_m, cfg.varlen_rows):
+        for tile in (cfg.tile, cfg.prefill_rows, cfg.varlen_rows):
             assert is_power_of_two(tile) and tile >= 16, case
         # decode's tile: the same, or (the group unpadded, below 16 rows) a power of two no larger
         assert is_power_of_two(cfg.decode_tile) and cfg.decode_tile <= cfg.tile, case

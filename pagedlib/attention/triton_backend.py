@@ -20,15 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-import triton
 
 from .. import runtime
 from .checks import CacheDims, check_decode, check_prefill, check_scale, check_write
 from .kernels.decode import decode_kernel
 from .kernels.launch import (MAX_SPLITS, MIN_DOT_ROWS, MIN_TILES_PER_SPLIT, LaunchConfig, auto_num_splits,
                              choose_num_splits, decode_meta, device_capability, kv_tile, launch_config, merge_meta,
-                             num_sms, prefill_meta, resident_programs, varlen_grid, varlen_merge_meta, varlen_meta,
-                             write_meta)
+                             num_sms, prefill_grid, prefill_meta, resident_programs, varlen_grid, varlen_merge_meta,
+                             varlen_meta, write_meta)
 from .kernels.prefill import prefill_kernel
 from .kernels.split_k import merge_kernel, split_kernel
 from .kernels.varlen import LOG2E, varlen_kernel, varlen_merge_kernel
@@ -199,7 +198,7 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
         max_query_len = longest_chunk(query_start_loc)                   # one device sync
     query = query if query.stride(-1) == 1 else query.contiguous()
     block_tables = block_tables.contiguous()
-    grid = (num_seqs, num_heads, triton.cdiv(max_query_len, cfg.tile_m))
+    grid = prefill_grid(max_query_len, num_seqs, dims.num_kv_heads, cfg)
     prefill_kernel[grid](out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale,
                          query.stride(0), query.stride(1), out.stride(0), out.stride(1),
                          *_cache_strides(key_cache, value_cache), block_tables.stride(0),

@@ -17,7 +17,9 @@ one process and within a time budget, each figure as a ratio or a fraction of a 
 - ``varlen``: the one kernel against the separate decode and prefill kernels on mixed batches;
 - ``engine``: generated tokens/s of ``pagedlib.LLM`` against transformers' continuous batching on a
   random Llama of a 1B model's shape (fp16, greedy, outputs compared);
-- ``goals``: the course's promises judged on the figures above (:data:`GOALS`).
+- ``goals``: the course's promises judged on the figures above (:data:`GOALS`);
+- ``launch``: the launch rules the run used on that GPU (``launch_entry``), so a chapter can tell
+  whether a stored record measured today's tiles (``launch_current``).
 
 Every section is timed against its own budget and the record is written after each one, so a run cut
 short keeps what it measured. ``--dry-run`` runs every section on the CPU through the interpreter
@@ -67,6 +69,39 @@ GOALS = [
     ("engine_fidelity", "pagedlib's greedy tokens as close to the fp32 argmax as transformers' (at most "
      "twice as many tokens more than a near-tie below it)", "engine", "far_ratio", "<=", 2.0),
 ]
+
+
+# ---- the launch rules a record measured -----------------------------------------------------------
+LAUNCH_SHAPES = (1, 4, 8)      # GQA groups at head_dim 128, fp16: the record's models
+
+
+def launch_entry(capability: tuple[int, int] | None) -> dict:
+    """What ``launch_config`` chooses on a GPU of this compute capability (fp16, head_dim 128, groups
+    ``LAUNCH_SHAPES``): every field, by group. ``measure`` stores it as the record's ``launch``."""
+    import dataclasses
+
+    import torch
+
+    from ..attention.kernels.launch import launch_config
+    return {f"group {g}": dataclasses.asdict(launch_config(128, torch.float16, g, capability))
+            for g in LAUNCH_SHAPES}
+
+
+def launch_current(record: dict) -> bool:
+    """True when ``record`` measured the launch rules this code applies on its GPU; False for a
+    record made before the rules changed (or before records stored them)."""
+    if "launch" not in record or record.get("capability") is None:
+        return False
+    return record["launch"] == launch_entry(tuple(record["capability"]))
+
+
+def launch_changes(record: dict) -> list[str]:
+    """The launch fields (group 4) that differ between the record and today's rules on its GPU,
+    ``name: recorded -> now``; every field when the record stores none (then ``recorded`` is ``?``)."""
+    capability = tuple(record.get("capability") or (9, 0))
+    now = launch_entry(capability)["group 4"]
+    then = record.get("launch", {}).get("group 4", {})
+    return [f"{k}: {then.get(k, '?')} -> {v}" for k, v in now.items() if then.get(k) != v]
 
 
 # ---- reading the record (the chapters) ------------------------------------------------------------
@@ -617,11 +652,13 @@ def measure(dry_run: bool = False, out: Path = RECORD, sections=SECTIONS, log=pr
                                         "CUDA": torch.version.cuda},
               "date": datetime.date.today().isoformat(), "dry_run": dry_run, "peak_gbs": peak,
               "sms": props.multi_processor_count if props else None,
+              "capability": list(torch.cuda.get_device_capability(0)) if props else None,
               "attention": [], "block_size": [], "errors": {}, "seconds": {}}
     timer, quick = make_timer(dry_run), make_timer(dry_run, quick=True)
     call = make_timer(dry_run, quick=True, device_time=False)
     l2_bytes = props.L2_cache_size if props else None
     record["l2_bytes"] = l2_bytes
+    record["launch"] = launch_entry(tuple(record["capability"]) if props else None)
     record["timing"] = ("device time: triton.testing.do_bench_cudagraph (the kernels replayed from a "
                         "CUDA graph, launch overhead excluded, L2 not flushed); call time: do_bench")
 

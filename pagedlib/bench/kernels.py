@@ -263,7 +263,7 @@ def _tile(kernel: str, cfg: launch.LaunchConfig) -> str:
     if kernel in ("decode", "split"):
         return str(cfg.decode_tile)
     if kernel == "prefill":
-        return f"{cfg.tile_m}x{cfg.tile}"                            # new tokens x K/V tokens
+        return f"{cfg.prefill_tile_q}*{cfg.group}x{cfg.tile}"        # (new tokens * group) rows x K/V tokens
     if kernel == "varlen":
         return f"{cfg.tile_q}*{cfg.group}x{cfg.tile}"                # (new tokens * group) rows x K/V tokens
     return "-"                                                       # merge and write have no tile loop

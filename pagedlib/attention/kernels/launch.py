@@ -2,7 +2,7 @@
 
 A Triton kernel's speed and whether it runs at all depend on numbers chosen at launch, not in the
 kernel: how many K/V tokens a program loads per step (``TILE``), how many new tokens a prefill
-program owns (``TILE_M``), how many warps share the work (``num_warps``) and how many tiles the
+program owns (``TILE_M`` rows: new tokens x the GQA group), how many warps share the work (``num_warps``) and how many tiles the
 compiler loads ahead (``num_stages``). ``launch_config`` chooses all of them from the head dim, the
 dtype, the GQA group and the GPU's compute capability; every launcher in ``pagedlib.attention.triton_backend``
 uses it, and ``python -m pagedlib.bench kernels --resources`` compiles every kernel with exactly
@@ -21,9 +21,11 @@ from ...validation import positive_int
 MIN_DOT_ROWS = 16            # tl.dot wants at least 16 rows: on tensor cores the GQA group is padded to 16 query rows
 KV_TILE_BYTES = 16 * 1024    # one K (or V) tile on tensor cores: 16 KB, within every GPU's shared memory
 CUDA_CORE_TILE = 16          # K/V tokens per step where the dots run on CUDA cores (a T4, or fp32)
-PREFILL_TILE_M = 32          # new tokens per prefill program on tensor cores ...
-CUDA_CORE_TILE_M = 16        # ... and on CUDA cores
-FOUR_WARP_ACC = 16 * 128     # accumulator elements (query rows x padded head dim) 4 warps hold
+PREFILL_ROWS = 64            # prefill query rows (new tokens x the GQA group) per program on tensor cores:
+                             # Hopper's wgmma takes 64 rows; on CUDA cores prefill packs MIN_DOT_ROWS
+FOUR_WARP_ACC = 16 * 128     # accumulator elements (query rows x padded head dim) 4 warps hold on CUDA cores
+FOUR_WARP_MMA_ACC = PREFILL_ROWS * 64    # ... and prefill's with tensor cores: at [64, 128] and 4 warps the
+                                         # A100 build sat at 255 registers and spilled 16-80 bytes per thread
 COPY_WARPS = 4               # merge and write_kv: element-wise kernels without a loop
 INTERPRETER = None           # the "capability" of the Triton interpreter (CPU): no registers to spill
 
@@ -97,8 +99,9 @@ class LaunchConfig:
     decode_tile: int         # TILE of decode and split-K: ``tile``, less where the group is unpadded
     decode_warps: int        # their warps: ``num_warps``, or by the unpadded group's own accumulator
     tile: int                # TILE: K/V tokens per step of the loop
-    tile_m: int              # TILE_M: new tokens per prefill program
-    num_warps: int           # decode, split-K and prefill; merge and write_kv use COPY_WARPS
+    prefill_rows: int        # TILE_M of prefill: prefill_tile_q tokens x the group, >= PREFILL_ROWS on tensor cores
+    prefill_warps: int       # prefill's warps, by its accumulator (prefill_warps)
+    num_warps: int           # varlen (decode_warps: decode and split-K; prefill_warps); merge and write_kv: COPY_WARPS
     num_stages: int          # tiles loaded ahead by the software pipeline
     dot_precision: str       # "ieee" (true fp32) or "tf32" (ignored for fp16 and bf16)
 
@@ -115,6 +118,13 @@ class LaunchConfig:
         is one tile and each of its splits one program (``varlen_grid``)."""
         return min(VARLEN_SPLIT_Q, self.tile_q)
 
+    @property
+    def prefill_tile_q(self) -> int:
+        """``TILE_Q`` of ``prefill_kernel``: new tokens per program, whose packed tile has
+        ``prefill_rows`` rows (64 tokens at group 1 on tensor cores, 16 at group 4, 8 at group 8;
+        16 / group on CUDA cores)."""
+        return self.prefill_rows // self.group
+
 
 FMA_PRODUCT_PER_WARP = 1024  # elements of the [rows, TILE, head_dim] product one warp holds (32 a thread)
 
@@ -130,6 +140,24 @@ def decode_tile(tile: int, group_pad: int, head_dim_pad: int, num_warps: int) ->
     return max(1, min(tile, 1 << (max(1, fits).bit_length() - 1)))
 
 
+def prefill_rows(group: int, tensor_cores: bool) -> int:
+    """Rows of prefill's packed query tile (new tokens x the GQA group): a power of two holding the
+    whole group, at least ``PREFILL_ROWS`` (64) where ``tl.dot`` runs on tensor cores, so each K/V
+    tile loaded serves 64 rows and Hopper can use ``wgmma``; at least ``MIN_DOT_ROWS`` (16) where it
+    runs as fused multiply-adds on CUDA cores (a T4, fp32), whose operands sit in registers."""
+    return max(PREFILL_ROWS if tensor_cores else MIN_DOT_ROWS, triton.next_power_of_2(group))
+
+
+def prefill_warps(rows: int, head_dim_pad: int, tensor_cores: bool) -> int:
+    """Prefill's warps: 4 while its fp32 accumulator ``[rows, head_dim_pad]`` fits what 4 warps
+    hold (``FOUR_WARP_MMA_ACC`` on tensor cores: 32 registers a thread, the rest for the query
+    tile, the scores and the pipelined K/V fragments; ``FOUR_WARP_ACC`` on CUDA cores, where the
+    dot's operands take registers too), else 8, as decode's. (``fp32_tile_warps`` can override it
+    for the 16-row fp32 tile.)"""
+    per_four = FOUR_WARP_MMA_ACC if tensor_cores else FOUR_WARP_ACC
+    return 4 if rows * head_dim_pad <= per_four else 8
+
+
 def launch_config(head_dim: int, dtype: torch.dtype, group: int,
                   capability: tuple[int, int] | None) -> LaunchConfig:
     """Tile sizes, warps and pipeline stages for one model shape on one GPU.
@@ -141,12 +169,14 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
       passes through shared memory. On CUDA cores (a T4; fp32) each thread keeps whole rows of both
       operands of every dot in registers, so a 64-token tile needs more than the 255 registers a
       thread may have and spills to memory; 16 tokens fit every head dim up to 256.
-    - ``tile_m``: 32 new tokens per prefill program on tensor cores, 16 on CUDA cores (the same
-      register argument, for the query rows).
+    - ``prefill_rows``: prefill's packed tile, new tokens x the GQA group: 64 rows on tensor cores,
+      16 on CUDA cores (the same register argument, for the query rows); ``prefill_tile_q`` new
+      tokens each (``prefill_rows``).
     - ``num_warps``: 4 warps (128 threads) hold decode's ``[16, 128]`` fp32 accumulator in 16
       registers a thread; wider rows (head_dim 256) or bigger groups (more than 16 query heads per
-      KV head) get 8 warps, so no thread holds more. Prefill uses the same count: its ``[32, 128]``
-      tile on tensor cores fits 4 warps too (``python -m pagedlib.bench kernels --resources``).
+      KV head) get 8 warps, so no thread holds more. Prefill's ``[64, 64]`` tile on tensor cores
+      fits 4 warps, its ``[64, 128]`` and ``[64, 256]`` take 8 (``prefill_warps``; ``python -m
+      pagedlib.bench kernels --resources``).
     - ``num_stages``: 3 from Ampere on, which copies tiles into shared memory asynchronously
       (``cp.async``): the next tiles' loads are in flight while this one is computed. A T4 has no
       asynchronous copy, so there is nothing to pipeline: 1.
@@ -162,12 +192,13 @@ def launch_config(head_dim: int, dtype: torch.dtype, group: int,
     num_warps = 4 if varlen_rows * head_dim_pad <= FOUR_WARP_ACC else 8
     decode_warps = 4 if group_pad * head_dim_pad <= FOUR_WARP_ACC else 8
     tile = kv_tile(head_dim, dtype) if tensor_cores else min(kv_tile(head_dim, dtype), CUDA_CORE_TILE)
+    rows = prefill_rows(group, tensor_cores)
     async_copy = capability is INTERPRETER or tuple(capability) >= (8, 0)
     return LaunchConfig(head_dim=head_dim, head_dim_pad=head_dim_pad, group=group, group_pad=group_pad,
                         varlen_rows=varlen_rows, decode_tile=decode_tile(tile, group_pad, head_dim_pad, decode_warps),
                         decode_warps=decode_warps,
-                        tile=tile, tile_m=PREFILL_TILE_M if tensor_cores else CUDA_CORE_TILE_M,
-                        num_warps=num_warps,
+                        tile=tile, prefill_rows=rows,
+                        prefill_warps=prefill_warps(rows, head_dim_pad, tensor_cores), num_warps=num_warps,
                         num_stages=3 if async_copy else 1,
                         dot_precision="ieee" if dtype == torch.float32 else "tf32")
 
@@ -194,31 +225,53 @@ def decode_meta(cfg: LaunchConfig, block_size: int) -> dict:
 
 
 def prefill_meta(cfg: LaunchConfig, block_size: int) -> dict:
-    """Constexprs and options of ``prefill_kernel``."""
-    return dict(GROUP=cfg.group, TILE_M=cfg.tile_m, **_loop_meta(cfg, block_size))
+    """Constexprs and options of ``prefill_kernel``: the packed tile is ``prefill_rows`` rows of
+    ``prefill_tile_q`` tokens x the GQA group, launched with ``prefill_warps`` (``fp32_tile_warps``
+    for the 16-row fp32 tile it shares with the varlen kernel)."""
+    warps = fp32_tile_warps(cfg, cfg.prefill_rows) or cfg.prefill_warps
+    return dict(GROUP=cfg.group, TILE_M=cfg.prefill_rows, TILE_Q=cfg.prefill_tile_q,
+                **{**_loop_meta(cfg, block_size), "num_warps": warps})
 
 
-VARLEN_FP32_WIDE_WARPS = 4   # the varlen kernel's warps for fp32 at head_dim 256 (see varlen_meta)
+def prefill_grid(max_query_len: int, num_seqs: int, num_kv_heads: int, cfg: LaunchConfig) -> tuple[int, int, int]:
+    """``prefill_kernel``'s grid: one program per (sequence, KV head, ``prefill_tile_q`` new tokens of
+    the longest chunk); a shorter chunk's programs past its last tile exit at once."""
+    return (num_seqs, num_kv_heads, triton.cdiv(max_query_len, cfg.prefill_tile_q))
+
+
+VARLEN_FP32_WIDE_WARPS = 4   # the 16-row fp32 tile's warps at head_dim 256 (see fp32_tile_warps)
 VARLEN_FP32_128_WARPS = 8    # ... and at head_dim 128
 VARLEN_SPLIT_Q = 4   # the varlen kernel splits the keys of sequences with at most this many new tokens (and one tile)
 
 
+def fp32_tile_warps(cfg: LaunchConfig, rows: int) -> int | None:
+    """The warps of the packed 16-row fp32 tile (the varlen kernel's, and prefill's on CUDA cores),
+    where the general rule spilled; None elsewhere (the general rule holds).
+
+    - head_dim 256: with 8 warps the varlen kernel spilled 8-16 bytes per thread on sm_75 and sm_80
+      (group 1) and prefill 32 on sm_90 (group 4, ``bench kernels --resources``); 4 warps hold it in
+      about 160 registers with no spill. A tile of more rows (a group past 16) keeps 8 warps: with
+      4, group 32 spilled 1,144 bytes per thread on sm_90.
+    - head_dim 128: with 4 warps the varlen kernel (its split programs after the tiles) sat at 72
+      registers and spilled 8 bytes per thread on sm_75 (group 4 or 8); 8 warps hold the [16, 128]
+      fp32 tile in about 64 registers, no spill.
+    """
+    if cfg.dot_precision != "ieee" or rows != MIN_DOT_ROWS:
+        return None
+    if cfg.head_dim_pad >= 256:
+        return VARLEN_FP32_WIDE_WARPS
+    if cfg.head_dim_pad == 128:
+        return VARLEN_FP32_128_WARPS
+    return None
+
+
 def varlen_meta(cfg: LaunchConfig, block_size: int) -> dict:
     """Constexprs and options of ``varlen_kernel``: the packed tile is ``varlen_rows`` rows of
-    ``tile_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s."""
+    ``tile_q`` tokens x the GQA group, the same rows and registers as ``decode_kernel``'s (warps by
+    ``fp32_tile_warps`` for fp32)."""
     meta = dict(GROUP=cfg.group, TILE_M=cfg.varlen_rows, TILE_Q=cfg.tile_q, SPLIT_Q=cfg.split_q,
                 **_loop_meta(cfg, block_size))
-    if cfg.dot_precision == "ieee" and cfg.head_dim_pad >= 256 and cfg.varlen_rows == MIN_DOT_ROWS:
-        # fp32 at head_dim 256: with decode's 8 warps the varlen kernel spilled 8-16 bytes per thread
-        # on sm_75 and sm_80 (group 1, ``bench kernels --resources``); 4 warps hold it in about 160
-        # registers with no spill. A tile of more rows (a group past 16) keeps decode's 8 warps: with
-        # 4, group 32 spilled 1,144 bytes per thread on sm_90
-        meta["num_warps"] = VARLEN_FP32_WIDE_WARPS
-    elif cfg.dot_precision == "ieee" and cfg.head_dim_pad == 128 and cfg.varlen_rows == MIN_DOT_ROWS:
-        # fp32 at head_dim 128: with 4 warps the varlen kernel (its split programs after the tiles)
-        # sat at 72 registers and spilled 8 bytes per thread on sm_75 (group 4 or 8, ``bench kernels
-        # --resources``); 8 warps hold the [16, 128] fp32 tile in about 64 registers, no spill
-        meta["num_warps"] = VARLEN_FP32_128_WARPS
+    meta["num_warps"] = fp32_tile_warps(cfg, cfg.varlen_rows) or meta["num_warps"]
     return meta
 
 

@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from .decode import attend_tiles, normalise
+from .prefill import load_packed_queries
 from .split_k import split_ranges
 
 LOG2E = 1.4426950408889634     # log2(e): exp(x) = exp2(x * LOG2E)
@@ -134,16 +135,12 @@ def varlen_kernel(out, partial_out, partial_lse, query, key_cache, value_cache, 
     cached = seq_len - chunk_len                                   # tokens before the chunk
 
     # the packed tile: row r is new token (local_tile * TILE_Q + r // GROUP), query head r % GROUP of the group
+    q, tok, q_pos, token_row, heads, row_ok, q_mask = load_packed_queries(query, first_row, local_tile, chunk_len,
+                                                                          cached, kv_head, stride_qt, stride_qh,
+                                                                          GROUP, TILE_M, TILE_Q, HEAD_DIM,
+                                                                          HEAD_DIM_PAD)
     rows = tl.arange(0, TILE_M)
-    tok = local_tile * TILE_Q + rows // GROUP                      # [TILE_M] index in the chunk
-    heads = kv_head * GROUP + rows % GROUP                         # [TILE_M] query head
-    row_ok = (rows < TILE_Q * GROUP) & (tok < chunk_len)
-    q_pos = cached + tok                                           # [TILE_M] position in the sequence
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-    token_row = (first_row + tok).to(tl.int64)
-    q = tl.load(query + token_row[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=q_mask, other=0.0)                            # [TILE_M, HEAD_DIM_PAD]
 
     # keys 0 .. the tile's last position, their tiles shared out evenly into splits (one unless split_seq)
     end = tl.minimum(cached + (local_tile + 1) * TILE_Q, seq_len)
