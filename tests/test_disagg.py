@@ -5,6 +5,7 @@ tests/test_llama.py (Llama, GQA), in fp32; the reference is transformers' greedy
 """
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pagedlib import LLM, SamplingParams
 from pagedlib.engine.disagg import LAYOUT, generate_disaggregated, prefill, receive
@@ -106,3 +107,24 @@ def test_disaggregated_smollm2_chats_equal_transformers_generate():
         if out != want:
             at, gap = tie_gap(hf, prompt, out, want)
             assert gap < 1e-3, f"token {at} differs and is no near-tie ({gap:.1e} apart)"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.integers(0, 299), min_size=1, max_size=30), min_size=1, max_size=6),
+       st.integers(12, 24), st.integers(12, 24))
+def test_any_transfer_leaves_both_block_managers_consistent(prompts, pre_blocks, dec_blocks):
+    """Whatever the prompts and the pools (some too small to keep one prompt cached while the
+    next runs): the decode engine's outputs are one engine's, each transfer names distinct blocks, and
+    afterwards neither engine holds a block: every block is free (or free and cached)."""
+    model = MODELS["gpt2"][0]()
+    pre = LLM(model, pre_blocks, 4, enable_prefix_caching=True)
+    dec = LLM(model, dec_blocks, 4, enable_prefix_caching=True)
+    outs, transfers = generate_disaggregated(pre, dec, prompts, GREEDY)
+    assert outs == LLM(model, 64, 4).generate(prompts, GREEDY, use_tqdm=False)
+    for prompt, t in zip(prompts, transfers):
+        assert len(t.block_ids) == (len(prompt) - 1) // 4 and len(set(t.block_ids)) == len(t.block_ids)
+    for llm in (pre, dec):
+        bm = llm.block_manager
+        assert len(bm) == 0 and bm.num_used_blocks == 0
+        assert bm.num_free_blocks == bm.num_usable_blocks
+        assert not llm.scheduler.has_unfinished()

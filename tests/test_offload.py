@@ -1,6 +1,7 @@
 """pagedlib.engine.offload: a CPU tier under a real engine's pool; a round trip returns the same K/V."""
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pagedlib import LLM, SamplingParams
 from pagedlib.engine.offload import HostTier
@@ -39,3 +40,40 @@ def test_evicted_blocks_come_back_from_the_host_with_the_same_kv_and_output():
 def test_a_tier_needs_prefix_caching():
     with pytest.raises(ValueError, match="enable_prefix_caching=True"):
         HostTier(LLM(gpt2.paged("h4v300"), num_blocks=8, block_size=4), 4)
+
+
+PREFIXES = gpt2.random_prompts(3, 300, lo=16, hi=17, seed=11)       # three shared 16-token prefixes
+TAILS = gpt2.random_prompts(12, 300, lo=1, hi=13, seed=12)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 11)), min_size=2, max_size=8),
+       st.integers(10, 16), st.integers(1, 64))
+def test_any_round_trip_through_the_tier_returns_the_stored_kv_and_the_same_output(
+        requests, num_blocks, capacity):
+    """Prompts that share prefixes, through a pool too small to keep them: whatever the tier copies
+    back holds, in the engine's blocks, exactly the K/V it stored; the outputs are a tierless
+    engine's; no block is left allocated."""
+    model = gpt2.paged("h4v300")
+    llm = LLM(model, num_blocks=num_blocks, block_size=4, enable_prefix_caching=True)
+    plain = LLM(model, num_blocks=64, block_size=4)
+    tier = HostTier(llm, capacity_blocks=capacity)
+    bm = llm.block_manager
+    for prefix, tail in requests:
+        prompt = PREFIXES[prefix] + TAILS[tail]
+        names = bm.block_names(prompt)
+        first = bm.num_cached_tokens(prompt) // 4
+        stored = [tier._blocks[n][1] for n in names[first:] if n in tier._blocks]
+        loaded = tier.load(prompt)
+        assert loaded % 4 == 0 and loaded // 4 <= len(stored)
+        if loaded:
+            bm.allocate("probe", prompt, commit=False)      # finds the cached blocks, caches no more
+            ids = bm.block_table("probe")
+            for i, block_id in enumerate(ids[first:first + loaded // 4]):
+                for (k, v), (k0, v0) in zip(llm.kv_cache.layers, stored[i]):
+                    assert torch.equal(k[block_id], k0) and torch.equal(v[block_id], v0)
+            bm.free("probe")
+        assert llm.generate([prompt], PARAMS, use_tqdm=False) == plain.generate(
+            [prompt], PARAMS, use_tqdm=False)
+        assert len(tier) <= capacity
+    assert len(bm) == 0 and bm.num_used_blocks == 0
