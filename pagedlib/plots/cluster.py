@@ -1,12 +1,15 @@
-"""Figures of chapter 13: routing across replicas, simulated (:mod:`pagedlib.sim.router`)."""
+"""Figures of chapter 13: routing across replicas, simulated (:mod:`pagedlib.sim.router`); inter-token
+latency with and without prefill on another engine (:mod:`pagedlib.sim.disaggregated`)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib import ticker
+import numpy as np
 
 from ..sim.router import POLICIES
 from .style import COLORS, FIGURE_WIDTH, fit
 
-__all__ = ["router_figure"]
+__all__ = ["router_figure", "itl_timeline"]
 
 _STYLE = {"round_robin": ("round robin", COLORS["padding"], "o"),
           "least_loaded": ("least loaded", COLORS["other"], "s"),
@@ -29,5 +32,32 @@ def router_figure(rates, results: dict):
     bottom.set_ylabel("prompt tokens cached (%)")
     bottom.set_ylim(0, 100)
     bottom.set_xlabel("new chats per second")
+    fit(fig).tight_layout()
+    return fig
+
+
+def itl_timeline(runs: dict):
+    """Every gap between two tokens of a request (ms, log scale) at the modelled time it ended, one
+    panel per way of serving, stacked, with the p99 as a dashed line. ``runs``: a label -> a
+    :class:`~pagedlib.sim.clocked.ClockedRun`."""
+    if not runs:
+        raise ValueError("runs must name at least one ClockedRun")
+    fig, axes = plt.subplots(len(runs), 1, figsize=(FIGURE_WIDTH, 2.4 * len(runs) + 0.8),
+                             sharex=True, sharey=True, squeeze=False)
+    colours = [COLORS["padding"], COLORS["other"], COLORS["kv"], COLORS["shared"]]
+    for k, (ax, (label, run)) in enumerate(zip(axes[:, 0], runs.items())):
+        ends = np.concatenate([np.asarray(t[1:]) for t in run.token_times_s] + [np.zeros(0)])
+        gaps = 1e3 * run.itl_s
+        ax.scatter(ends, gaps, s=6, color=colours[k % len(colours)], label=label)
+        p99 = float(np.percentile(gaps, 99)) if len(gaps) else 0.0
+        ax.axhline(p99, color="black", linestyle="--", linewidth=1, label=f"p99 {p99:.0f} ms")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 3.0)))   # 30, 100, 300 ms
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_ylabel("gap (ms)")
+        ax.legend(loc="upper right")
+    axes[0, 0].set_title("Inter-token gaps: prompts stall the steps")
+    axes[-1, 0].set_xlabel("modelled time (s)")
     fit(fig).tight_layout()
     return fig
