@@ -16,9 +16,9 @@ from tests import test_llama as llama
 GREEDY = SamplingParams(max_new_tokens=6)
 
 
-def engines(model_fn, num_blocks=64, block_size=4):
-    return (LLM(model_fn(), num_blocks, block_size, enable_prefix_caching=True),
-            LLM(model_fn(), num_blocks, block_size, enable_prefix_caching=True))
+def engines(model_fn, num_usable_blocks=64, block_size=4):
+    return (LLM(model_fn(), num_usable_blocks, block_size, enable_prefix_caching=True),
+            LLM(model_fn(), num_usable_blocks, block_size, enable_prefix_caching=True))
 
 
 MODELS = {
@@ -63,7 +63,7 @@ def test_the_transfer_says_what_moved_and_lands_in_the_prefix_cache():
 
 
 def test_both_block_managers_are_left_consistent():
-    pre, dec = engines(MODELS["gpt2"][0], num_blocks=12, block_size=4)
+    pre, dec = engines(MODELS["gpt2"][0], num_usable_blocks=12, block_size=4)
     prompts = gpt2.random_prompts(8, 300, lo=10, hi=30, seed=5)     # more than the pools hold at once
     generate_disaggregated(pre, dec, prompts, GREEDY)
     for llm in (pre, dec):

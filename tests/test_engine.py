@@ -50,8 +50,8 @@ def paged(name="h4v300", n_layer=2, backend="torch"):
     return GPT2.from_hf(tiny_hf(name, n_layer), backend=backend, dtype=torch.float32, device=DEVICE)
 
 
-def engine(name="h4v300", backend="torch", num_blocks=64, block_size=16, n_layer=2, **kwargs):
-    return LLM(paged(name, n_layer, backend), num_blocks, block_size, **kwargs)
+def engine(name="h4v300", backend="torch", num_usable_blocks=64, block_size=16, n_layer=2, **kwargs):
+    return LLM(paged(name, n_layer, backend), num_usable_blocks, block_size, **kwargs)
 
 
 def assert_matches_transformers(llm, name, prompts, max_new_tokens, n_layer=2):
@@ -64,7 +64,7 @@ def assert_matches_transformers(llm, name, prompts, max_new_tokens, n_layer=2):
 # ---- equality with transformers -------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_ample_memory_matches_transformers(name):
-    llm = engine(name, num_blocks=64, max_num_seqs=8)
+    llm = engine(name, num_usable_blocks=64, max_num_seqs=8)
     prompts = random_prompts(8, CONFIGS[name]["vocab_size"])
     assert_matches_transformers(llm, name, prompts, 12)
     m = llm.metrics
@@ -73,7 +73,7 @@ def test_ample_memory_matches_transformers(name):
 
 
 def test_memory_pressure_preempts_and_still_matches():
-    llm = engine(num_blocks=16, block_size=4, max_num_seqs=8)   # 64 slots for 8 requests of up to 55 tokens
+    llm = engine(num_usable_blocks=16, block_size=4, max_num_seqs=8)   # 64 slots for 8 requests of up to 55 tokens
     prompts = random_prompts(8, 300)
     assert_matches_transformers(llm, "h4v300", prompts, 16)
     assert llm.metrics["preemptions"] > 0
@@ -82,7 +82,7 @@ def test_memory_pressure_preempts_and_still_matches():
 
 @pytest.mark.parametrize("block_size", [1, 8, 16])
 def test_block_sizes_match_transformers(block_size):
-    llm = engine("h2v100", num_blocks=400 // block_size, block_size=block_size, max_num_seqs=6)
+    llm = engine("h2v100", num_usable_blocks=400 // block_size, block_size=block_size, max_num_seqs=6)
     prompts = random_prompts(6, 100, seed=block_size)
     assert_matches_transformers(llm, "h2v100", prompts, 10)
 
@@ -91,7 +91,7 @@ def test_prefix_caching_hits_and_matches():
     g = torch.Generator().manual_seed(5)
     system = torch.randint(0, 300, (20,), generator=g).tolist()        # a shared 20-token prefix
     prompts = [system + torch.randint(0, 300, (n,), generator=g).tolist() for n in (3, 7, 1, 12)]
-    llm = engine(num_blocks=48, block_size=4, max_num_seqs=2, enable_prefix_caching=True)
+    llm = engine(num_usable_blocks=48, block_size=4, max_num_seqs=2, enable_prefix_caching=True)
     assert_matches_transformers(llm, "h4v300", prompts, 8)
     assert llm.metrics["prefix_hit_tokens"] >= 3 * 20             # later requests reuse the 5 full blocks
     computed = llm.metrics["prompt_tokens_computed"]
@@ -103,7 +103,7 @@ def test_prefix_caching_hits_and_matches():
 
 def test_prefix_caching_off_computes_every_prompt_token():
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9]] * 3
-    llm = engine(num_blocks=32, block_size=4, max_num_seqs=1)
+    llm = engine(num_usable_blocks=32, block_size=4, max_num_seqs=1)
     assert_matches_transformers(llm, "h4v300", prompts, 4)
     assert llm.metrics["prefix_hit_tokens"] == 0 and llm.metrics["prompt_tokens_computed"] == 27
 
@@ -112,7 +112,7 @@ def test_prefix_caching_under_pressure_matches():
     g = torch.Generator().manual_seed(6)
     system = torch.randint(0, 300, (12,), generator=g).tolist()
     prompts = [system + torch.randint(0, 300, (n,), generator=g).tolist() for n in (5, 9, 2, 14, 4, 8)]
-    llm = engine(num_blocks=20, block_size=4, max_num_seqs=6, enable_prefix_caching=True)
+    llm = engine(num_usable_blocks=20, block_size=4, max_num_seqs=6, enable_prefix_caching=True)
     assert_matches_transformers(llm, "h4v300", prompts, 14)
     assert llm.metrics["preemptions"] > 0 and llm.metrics["prefix_hit_tokens"] > 0
 
@@ -120,7 +120,7 @@ def test_prefix_caching_under_pressure_matches():
 def test_triton_backend_end_to_end_with_preemption():
     """The Triton kernels (interpreter on a CPU) serve a tiny batch exactly like transformers, with
     a preemption and its recompute on the way."""
-    llm = engine("h4v300", backend="triton", num_blocks=4, block_size=4, n_layer=1, max_num_seqs=2)
+    llm = engine("h4v300", backend="triton", num_usable_blocks=4, block_size=4, n_layer=1, max_num_seqs=2)
     prompts = [[5, 3, 9, 1, 4, 7], [2, 8]]                    # K/V of 9 and 5 tokens: 5 blocks > 4
     assert_matches_transformers(llm, "h4v300", prompts, 4, n_layer=1)
     assert llm.metrics["preemptions"] > 0
@@ -128,7 +128,7 @@ def test_triton_backend_end_to_end_with_preemption():
 
 def test_triton_backend_end_to_end_with_prefix_cache():
     """paged_prefill over a cached prefix, through the Triton kernels."""
-    llm = engine("h2v100", backend="triton", num_blocks=8, block_size=4, n_layer=1, max_num_seqs=1,
+    llm = engine("h2v100", backend="triton", num_usable_blocks=8, block_size=4, n_layer=1, max_num_seqs=1,
                  enable_prefix_caching=True)
     prompts = [[5, 3, 9, 1, 4, 7], [5, 3, 9, 1, 6]]           # one shared full block
     assert_matches_transformers(llm, "h2v100", prompts, 3, n_layer=1)
@@ -141,7 +141,7 @@ def test_engine_batches_carry_their_longest_chunk(monkeypatch):
     seen = []
     forward = GPT2.forward
     monkeypatch.setattr(GPT2, "forward", lambda self, batch, kv: seen.append(batch) or forward(self, batch, kv))
-    llm = engine(num_blocks=32, block_size=4, max_num_seqs=3, enable_prefix_caching=True)
+    llm = engine(num_usable_blocks=32, block_size=4, max_num_seqs=3, enable_prefix_caching=True)
     prompts = [[5, 3, 9, 1, 4, 7, 2], [5, 3, 9, 1, 6], [8, 8, 1]]   # the second reuses the first's block
     assert_matches_transformers(llm, "h4v300", prompts, 3)
     assert llm.metrics["prefix_hit_tokens"] > 0
@@ -155,7 +155,7 @@ def test_engine_batches_carry_their_longest_chunk(monkeypatch):
 def test_parallel_sampling_shares_the_prompt_and_is_reproducible():
     prompt = list(range(10, 30))                              # 20 tokens: 2 full blocks + 1 partial (8)
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=11, n=3)
-    llm = engine(num_blocks=32, block_size=8, max_num_seqs=4)
+    llm = engine(num_usable_blocks=32, block_size=8, max_num_seqs=4)
     request = llm.add_request(prompt, params)
     llm.step()                                                # prefill once, fork into 3 samples
     tables = [llm.block_manager.block_table(s.seq_id) for s in llm.scheduler.running]
@@ -168,7 +168,7 @@ def test_parallel_sampling_shares_the_prompt_and_is_reproducible():
     assert llm.metrics["peak_blocks_saved_by_sharing"] == 6   # 9 logical blocks held in 3 physical
     assert len(samples) == 3 and all(len(s) == 6 for s in samples)
     assert len({tuple(s) for s in samples}) > 1               # the samples differ
-    again = engine(num_blocks=32, block_size=8, max_num_seqs=4).generate([prompt], params, use_tqdm=False)
+    again = engine(num_usable_blocks=32, block_size=8, max_num_seqs=4).generate([prompt], params, use_tqdm=False)
     assert again == [samples]                                 # same seed, same samples
     for j in range(3):                                        # sample j is reproducible from seed + j alone
         one = SamplingParams(max_new_tokens=6, temperature=1.0, seed=11 + j)
@@ -179,7 +179,7 @@ def test_forked_samples_read_their_prompt_after_copy_on_write():
     """Greedy n=3: every sample must equal transformers' output, so the shared, partly filled last
     prompt block must be copied (with its K/V) before each sample writes its own token into it."""
     prompt = list(range(40, 61))                              # 21 tokens: the last block holds 5 of 8
-    llm = engine(num_blocks=32, block_size=8, max_num_seqs=4)
+    llm = engine(num_usable_blocks=32, block_size=8, max_num_seqs=4)
     samples = llm.generate([prompt], max_new_tokens=10, n=3, use_tqdm=False)[0]
     assert samples == [reference("h4v300", tuple(prompt), 10)] * 3
 
@@ -251,7 +251,7 @@ def test_stops_at_eos():
     ([], {}, r"non-empty list"),
 ])
 def test_bad_input_is_refused_before_any_work(prompts, kwargs, match):
-    llm = engine(num_blocks=4, max_num_seqs=4)
+    llm = engine(num_usable_blocks=4, max_num_seqs=4)
     with pytest.raises(ValueError, match=match):
         llm.generate([[7, 7]] + prompts if prompts else prompts, use_tqdm=False, **kwargs)
     assert llm.metrics["steps"] == 0 or not prompts
@@ -261,8 +261,12 @@ def test_bad_input_is_refused_before_any_work(prompts, kwargs, match):
 
 def test_engine_arguments_are_checked():
     model = GPT2.from_hf(tiny_hf())
-    with pytest.raises(ValueError, match="num_blocks must be a positive integer"):
+    with pytest.raises(ValueError, match="num_usable_blocks must be a positive integer"):
         LLM(model, 0)
+    with pytest.raises(TypeError, match="num_usable_blocks"):
+        LLM(model)
+    with pytest.raises(TypeError, match="num_usable_blocks only"):
+        LLM(model, 8, num_blocks=8)
     with pytest.raises(ValueError, match="block_size"):
         LLM(model, 8, block_size=0)
     with pytest.raises(TypeError, match="GPT2.from_hf"):
@@ -271,9 +275,27 @@ def test_engine_arguments_are_checked():
         LLM(model, 8).generate([[1], [2]], [SamplingParams()], use_tqdm=False)
 
 
+def test_num_blocks_means_the_pool_null_block_included_and_the_engine_asks_for_usable_blocks():
+    """One meaning per name: ``num_blocks`` is a pool's size, block ids ``[0, num_blocks)`` with the null
+    block (the manager's, the KV cache's, vLLM's ``num_gpu_blocks``); the engine takes the blocks requests
+    can hold, ``num_usable_blocks``, and builds a pool of one more."""
+    llm = LLM(GPT2.from_hf(tiny_hf()), num_usable_blocks=8, block_size=4)
+    assert llm.num_usable_blocks == llm.block_manager.num_usable_blocks == 8
+    assert llm.block_manager.num_blocks == llm.kv_cache.num_blocks == 9
+    assert llm.metrics["num_usable_blocks"] == 8
+    with pytest.warns(PendingDeprecationWarning, match="num_usable_blocks"):
+        assert llm.metrics["num_blocks"] == 8                               # the old key still reads it
+    for cls in (LLM, ReserveMaxLLM):
+        with pytest.warns(PendingDeprecationWarning, match="num_usable_blocks"):
+            old = cls(GPT2.from_hf(tiny_hf()), num_blocks=8, block_size=4)   # the old name still works
+        assert old.num_usable_blocks == 8 and old.block_manager.num_blocks == 9
+        with pytest.warns(PendingDeprecationWarning, match="num_usable_blocks"):
+            assert old.num_blocks == 8
+
+
 # ---- metrics, progress bar ---------------------------------------------------------------------
 def test_metrics_and_history():
-    llm = engine(num_blocks=12, block_size=4, max_num_seqs=3)
+    llm = engine(num_usable_blocks=12, block_size=4, max_num_seqs=3)
     prompts = random_prompts(5, 300, seed=2)
     outs = llm.generate(prompts, max_new_tokens=6, use_tqdm=False)
     m = llm.metrics
@@ -298,8 +320,8 @@ def test_progress_bar_counts_requests(capsys):
 def test_reserve_max_admits_fewer_but_generates_the_same():
     prompts = random_prompts(8, 300, seed=8, hi=20)
     model = paged()
-    paged_llm = LLM(model, num_blocks=32, block_size=4, max_num_seqs=16)
-    reserve = ReserveMaxLLM(model, num_blocks=32, block_size=4, max_num_seqs=16, max_len=64)
+    paged_llm = LLM(model, num_usable_blocks=32, block_size=4, max_num_seqs=16)
+    reserve = ReserveMaxLLM(model, num_usable_blocks=32, block_size=4, max_num_seqs=16, max_len=64)
     outs = paged_llm.generate(prompts, max_new_tokens=8, use_tqdm=False)
     assert reserve.generate(prompts, max_new_tokens=8, use_tqdm=False) == outs
     assert reserve.metrics["peak_running"] == 2               # 32 blocks / 16 reserved each
@@ -332,14 +354,14 @@ def test_scheduler_figures():
     import matplotlib
     matplotlib.use("Agg")
     from pagedlib import plots
-    llm = engine(num_blocks=10, block_size=4, max_num_seqs=4)
+    llm = engine(num_usable_blocks=10, block_size=4, max_num_seqs=4)
     llm.generate(random_prompts(6, 300, seed=4, hi=16), max_new_tokens=8, use_tqdm=False)
     assert llm.metrics["preemptions"] > 0
     fig = plots.scheduler_timeline(llm.metrics)
     top, bottom = fig.axes
     assert top.get_title() and top.get_ylabel() == "sequences" and "step" in bottom.get_xlabel()
     assert {t.get_text() for t in top.get_legend().get_texts()} == {"running", "waiting", "a preemption"}
-    reserve = ReserveMaxLLM(llm.model, num_blocks=10, block_size=4, max_num_seqs=4, max_len=24)
+    reserve = ReserveMaxLLM(llm.model, num_usable_blocks=10, block_size=4, max_num_seqs=4, max_len=24)
     reserve.generate(random_prompts(6, 300, seed=4, hi=16), max_new_tokens=8, use_tqdm=False)
     fig = plots.compare_timelines({"paged": llm.metrics, "reserve-max": reserve.metrics})
     labels = {t.get_text() for t in fig.axes[1].get_legend().get_texts()}

@@ -17,7 +17,7 @@ from test_engine_schedule import (BASE, VOCAB, assert_ref_counts_match_the_table
 
 # ---- abort ---------------------------------------------------------------------------------------
 def test_abort_gives_the_blocks_back_at_once_and_keeps_the_partial_output():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     a, b = tokens(10, seed=1), tokens(7, seed=2)
     ra = llm.add_request(a, SamplingParams(max_new_tokens=8))
     rb = llm.add_request(b, SamplingParams(max_new_tokens=8))
@@ -40,7 +40,7 @@ def test_abort_gives_the_blocks_back_at_once_and_keeps_the_partial_output():
 
 
 def test_abort_of_a_waiting_request_and_of_a_finished_one():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=1)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=1)
     r0 = llm.add_request(tokens(5, seed=3), SamplingParams(max_new_tokens=1))
     r1 = llm.add_request(tokens(5, seed=4), SamplingParams(max_new_tokens=4, n=1))
     assert llm.step() == [r0]
@@ -115,7 +115,7 @@ def test_aborts_at_random_steps_leak_nothing_and_change_no_other_output(requests
 # ---- streaming -----------------------------------------------------------------------------------
 def test_stream_reports_each_requests_new_tokens_every_step():
     prompts = [tokens(9, seed=6), tokens(4, seed=7)]
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4, max_num_batched_tokens=6)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4, max_num_batched_tokens=6)
     got, steps, finished = {0: [], 1: []}, [], []
     for out in llm.stream(prompts, max_new_tokens=5):
         assert len(out.outputs) == 1 and len(out.outputs[0].token_ids) == 1   # one new token a step
@@ -130,7 +130,7 @@ def test_stream_reports_each_requests_new_tokens_every_step():
 
 
 def test_a_stream_closed_early_aborts_its_requests():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     stream = llm.stream([tokens(9, seed=6), tokens(4, seed=7)], max_new_tokens=8)
     next(stream)
     stream.close()
@@ -138,12 +138,12 @@ def test_a_stream_closed_early_aborts_its_requests():
 
 
 def test_stream_with_n_samples_reports_each_sample():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     got = collections.defaultdict(list)
     for out in llm.stream([tokens(6, seed=8)], max_new_tokens=3, n=2, temperature=1.0, seed=1):
         for c in out.outputs:
             got[c.index] += c.token_ids
-    llm2 = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm2 = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     assert [got[0], got[1]] == llm2.generate([tokens(6, seed=8)], max_new_tokens=3, n=2, temperature=1.0,
                                              seed=1, use_tqdm=False)[0]
 
@@ -154,14 +154,14 @@ def test_stop_token_ids_end_a_reply_and_stay_in_it():
     ref = reference(tuple(prompt), 10)
     stop = ref[3]
     cut = ref.index(stop) + 1
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     assert llm.generate([prompt], max_new_tokens=10, stop_token_ids=[stop], use_tqdm=False) == [ref[:cut]]
     out = list(llm.stream([prompt], max_new_tokens=10, stop_token_ids=[stop]))
     assert out[-1].finished and out[-1].outputs[0].finish_reason == "stop"
 
 
 def test_stop_strings_and_text_prompts_need_a_tokenizer():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     with pytest.raises(ValueError, match="needs a tokenizer"):
         llm.generate([[1, 2, 3]], stop=["\n"], use_tqdm=False)
     with pytest.raises(ValueError, match="needs a tokenizer"):
@@ -174,7 +174,7 @@ def test_stop_strings_and_text_prompts_need_a_tokenizer():
 
 
 def test_a_request_is_one_object_until_popped():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=4)
     r = llm.add_request(tokens(5, seed=1), SamplingParams(max_new_tokens=2, n=2, temperature=1.0, seed=3))
     while llm.scheduler.has_unfinished():
         llm.step()

@@ -74,7 +74,7 @@ def test_a_prefix_hit_never_reads_kv_that_is_not_written_yet():
     a_prompt = tokens(8, seed=1)
     a_out = reference(tuple(a_prompt), 8)
     b_prompt = a_prompt + a_out[:4] + [7]
-    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True)
+    llm = LLM(paged_model(), num_usable_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True)
     a = llm.add_request(a_prompt, SamplingParams(max_new_tokens=8))
     for _ in range(4):
         llm.step()
@@ -88,7 +88,7 @@ def test_a_prefix_hit_never_reads_kv_that_is_not_written_yet():
 
 def test_max_num_seqs_counts_every_sample_from_admission():
     """Bug 2: two requests of n = 3 with max_num_seqs = 4: never more than 4 sequences (or seats)."""
-    llm = LLM(paged_model(), num_blocks=64, block_size=4, max_num_seqs=4)
+    llm = LLM(paged_model(), num_usable_blocks=64, block_size=4, max_num_seqs=4)
     params = SamplingParams(max_new_tokens=5, temperature=1.0, seed=3, n=3)
     seen = []
 
@@ -103,7 +103,7 @@ def test_max_num_seqs_counts_every_sample_from_admission():
 
 def test_reserve_max_reserves_for_every_sample_from_admission():
     """Bug 3: reserve-max with two n = 3 requests must never reserve more than the cache (16 blocks)."""
-    llm = ReserveMaxLLM(paged_model(), num_blocks=16, block_size=4, max_num_seqs=8, max_len=16)
+    llm = ReserveMaxLLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_seqs=8, max_len=16)
     params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=3, n=3)
     reserved = []
 
@@ -123,7 +123,7 @@ def test_a_corrupted_cache_row_changes_the_output(position):
     """Overwrite the cached K and V of one prompt token after the prefill: the output must change, so
     the token-for-token tests below would see a stale or misplaced K/V row."""
     prompt = tokens(8, seed=1)
-    llm = LLM(paged_model(), num_blocks=16, block_size=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4)
     request = llm.add_request(prompt, SamplingParams(max_new_tokens=8))
     llm.step()                                                     # prefill: the prompt's K/V is cached
     block, offset = llm.block_manager.block_table(0)[position // 4], position % 4
@@ -142,9 +142,9 @@ def checked_every_step(budget, max_num_seqs):
         sched, bm, last = llm.scheduler, llm.block_manager, llm.metrics["history"][-1]
         assert len(sched.running) <= max_num_seqs and sched.num_seats <= max_num_seqs
         assert sched.num_seats == sum(s.num_samples for s in sched.running)
-        assert bm.num_used_blocks <= llm.num_blocks and bm.ref_count(0) == 0   # the null block stays unowned
+        assert bm.num_used_blocks <= llm.num_usable_blocks and bm.ref_count(0) == 0   # the null block stays unowned
         if sched.admission == "guaranteed":
-            assert bm.num_used_blocks <= sched.reserved_blocks <= llm.num_blocks
+            assert bm.num_used_blocks <= sched.reserved_blocks <= llm.num_usable_blocks
         assert last["prefill_tokens"] + last["decode_tokens"] <= (budget or float("inf"))
         assert all(0 <= s.num_computed_tokens <= len(s) for s in sched.running)
     return check
@@ -158,7 +158,7 @@ def test_chat_turns_arriving_at_every_delay_match_transformers(delay, budget):
     a_prompt = tokens(8, seed=1)
     a_out = reference(tuple(a_prompt), 12)
     b_prompt = a_prompt + a_out[:delay] + [7]
-    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True,
+    llm = LLM(paged_model(), num_usable_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True,
               max_num_batched_tokens=budget)
     arrivals = [(0, a_prompt, SamplingParams(max_new_tokens=12)), (delay, b_prompt, SamplingParams(max_new_tokens=6))]
     outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 4))
@@ -171,7 +171,7 @@ BUDGETS = [1, 3, 7, 16, None]
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_token_budgets_chunk_long_prompts_and_match_transformers(budget):
     prompts = [tokens(n, seed=10 + n) for n in (21, 9, 30, 17)]       # every prompt longer than 7
-    llm = LLM(paged_model(), num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=budget)
+    llm = LLM(paged_model(), num_usable_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=budget)
     arrivals = [(step, p, SamplingParams(max_new_tokens=5)) for step, p in zip((0, 0, 2, 5), prompts)]
     outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 4))
     assert outs == [reference(tuple(p), 5) for p in prompts]
@@ -189,7 +189,7 @@ def test_preemption_under_every_budget_matches_transformers(budget):
     prompts = [tokens(n, seed=20 + n) for n in (14, 9, 19, 6, 11)]
     params = [SamplingParams(max_new_tokens=11, n=2) if len(p) == 19 else SamplingParams(max_new_tokens=10)
               for p in prompts]                                    # 19 + 11: 8 blocks, all of them
-    llm = LLM(paged_model(), num_blocks=8, block_size=4, max_num_seqs=5, max_num_batched_tokens=budget)
+    llm = LLM(paged_model(), num_usable_blocks=8, block_size=4, max_num_seqs=5, max_num_batched_tokens=budget)
     arrivals = list(zip((0, 0, 1, 1, 3), prompts, params))
     outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 5))
     refs = [reference(tuple(p), q.max_new_tokens) for p, q in zip(prompts, params)]
@@ -203,7 +203,7 @@ def test_prefix_hits_only_blocks_a_chunked_prefill_has_computed():
     can hit a block before its K/V is computed; a twin request arriving mid-prefill waits for the
     budget, then hits every full block but the one holding its last token."""
     prompt = tokens(20, seed=3)
-    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True,
+    llm = LLM(paged_model(), num_usable_blocks=32, block_size=4, max_num_seqs=4, enable_prefix_caching=True,
               max_num_batched_tokens=4)
     first = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
     llm.step()
@@ -225,8 +225,8 @@ def test_greedy_samples_share_seats_and_match_transformers(budget):
     prompts = [tokens(9, seed=4), tokens(6, seed=5), tokens(13, seed=6)]
     params = [SamplingParams(max_new_tokens=6, n=n) for n in (3, 2, 1)]
     arrivals = list(zip((0, 1, 1), prompts, params))
-    for llm in (LLM(paged_model(), num_blocks=24, block_size=4, max_num_seqs=5, max_num_batched_tokens=budget),
-                ReserveMaxLLM(paged_model(), num_blocks=24, block_size=4, max_num_seqs=5, max_len=20,
+    for llm in (LLM(paged_model(), num_usable_blocks=24, block_size=4, max_num_seqs=5, max_num_batched_tokens=budget),
+                ReserveMaxLLM(paged_model(), num_usable_blocks=24, block_size=4, max_num_seqs=5, max_len=20,
                               max_num_batched_tokens=budget)):
         check = checked_every_step(budget, 5)
         reserved = isinstance(llm, ReserveMaxLLM)
@@ -249,7 +249,7 @@ def test_a_step_that_raises_is_undone_and_the_engine_goes_on(monkeypatch, error,
     next step() goes on, and every output is still transformers'. Prefix caching is on, and the second
     request shares the first's prompt, so a block registered by the failed step would be hit if it were
     not dropped."""
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_batched_tokens=5, enable_prefix_caching=True)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_batched_tokens=5, enable_prefix_caching=True)
     prompt = tokens(10, seed=1)
     first = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
     for _ in range(failing_step):
@@ -273,7 +273,7 @@ def test_a_step_that_raises_is_undone_and_the_engine_goes_on(monkeypatch, error,
 
 def test_a_failure_that_cannot_be_undone_is_engine_failed(monkeypatch):
     from pagedlib.engine.llm import EngineFailed
-    llm = LLM(paged_model(), num_blocks=16, block_size=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4)
     llm.add_request(tokens(6, seed=1), SamplingParams(max_new_tokens=4))
 
     def broken(self, batch, kv_cache):
@@ -290,7 +290,7 @@ def test_a_failure_that_cannot_be_undone_is_engine_failed(monkeypatch):
 
 def test_pop_result_of_an_unfinished_request_is_an_error_and_the_request_goes_on():
     """Failed on the old code (it returned the partial output and the next step died with a KeyError)."""
-    llm = LLM(paged_model(), num_blocks=16, block_size=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4)
     prompt = tokens(6, seed=1)
     request = llm.add_request(prompt, SamplingParams(max_new_tokens=4))
     llm.step()
@@ -303,11 +303,11 @@ def test_pop_result_of_an_unfinished_request_is_an_error_and_the_request_goes_on
         llm.pop_result(request)
 
 
-@pytest.mark.parametrize("name, value", [("max_num_seqs", True), ("max_num_seqs", 0), ("num_blocks", True),
+@pytest.mark.parametrize("name, value", [("max_num_seqs", True), ("max_num_seqs", 0), ("num_usable_blocks", True),
                                          ("block_size", 2.0), ("max_num_batched_tokens", 0),
                                          ("max_num_batched_tokens", True), ("max_num_batched_tokens", 1.5)])
 def test_count_arguments_refuse_bools_and_non_integers(name, value):
-    kwargs = dict(num_blocks=8, block_size=4, max_num_seqs=4, max_num_batched_tokens=None)
+    kwargs = dict(num_usable_blocks=8, block_size=4, max_num_seqs=4, max_num_batched_tokens=None)
     kwargs[name] = value
     with pytest.raises(ValueError, match=f"{name} must be a positive integer; got {value!r}"):
         LLM(paged_model(), **kwargs)
@@ -316,7 +316,7 @@ def test_count_arguments_refuse_bools_and_non_integers(name, value):
 # ---- per-request metrics -------------------------------------------------------------------------------
 def test_per_request_metrics_in_prompt_order():
     prompts = [tokens(12, seed=7), tokens(12, seed=7)[:8] + [1, 2, 3], tokens(5, seed=8)]
-    llm = LLM(paged_model(), num_blocks=12, block_size=4, max_num_seqs=3, enable_prefix_caching=True,
+    llm = LLM(paged_model(), num_usable_blocks=12, block_size=4, max_num_seqs=3, enable_prefix_caching=True,
               max_num_batched_tokens=6)
     outs = llm.generate(prompts, [SamplingParams(max_new_tokens=n) for n in (8, 1, 20)], use_tqdm=False)
     requests = llm.metrics["requests"]
@@ -403,7 +403,7 @@ def test_random_workloads_keep_the_invariants_and_match_transformers(requests, b
 
 
 def test_reserve_max_refuses_a_request_whose_n_reservations_never_fit():
-    llm = ReserveMaxLLM(paged_model(), num_blocks=8, block_size=4, max_num_seqs=4, max_len=32)
+    llm = ReserveMaxLLM(paged_model(), num_usable_blocks=8, block_size=4, max_num_seqs=4, max_len=32)
     with pytest.raises(ValueError, match="n = 2 reservations of max_len = 32 tokens need more than the whole cache"):
         llm.generate([[1, 2]], max_new_tokens=2, n=2, use_tqdm=False)
     assert llm.generate([[1, 2]], max_new_tokens=2, use_tqdm=False) == [reference((1, 2), 2)]
@@ -418,7 +418,7 @@ def test_triton_backend_chat_turn_and_chunked_prefill(budget):
     a_prompt = tokens(8, seed=1)
     a_out = reference(tuple(a_prompt), 6, n_layer=1)
     b_prompt = a_prompt + a_out[:4] + [7]
-    llm = LLM(paged_model("triton", n_layer=1), num_blocks=16, block_size=4, max_num_seqs=2,
+    llm = LLM(paged_model("triton", n_layer=1), num_usable_blocks=16, block_size=4, max_num_seqs=2,
               enable_prefix_caching=True, max_num_batched_tokens=budget)
     arrivals = [(0, a_prompt, SamplingParams(max_new_tokens=6)), (4, b_prompt, SamplingParams(max_new_tokens=3))]
     outs = run_with_arrivals(llm, arrivals, checked_every_step(budget, 2))
@@ -428,7 +428,7 @@ def test_triton_backend_chat_turn_and_chunked_prefill(budget):
 
 
 def test_metrics_are_typed_records_read_by_key_too():
-    llm = LLM(paged_model(), num_blocks=16, block_size=4, max_num_batched_tokens=4)
+    llm = LLM(paged_model(), num_usable_blocks=16, block_size=4, max_num_batched_tokens=4)
     llm.generate([tokens(9, seed=2)], max_new_tokens=3, use_tqdm=False)
     m = llm.metrics
     assert m["steps"] == m.steps == len(m["history"]) and "history" in m and "nope" not in m
@@ -437,13 +437,13 @@ def test_metrics_are_typed_records_read_by_key_too():
     assert "reserved_blocks" not in m["history"][0]
     with pytest.raises(KeyError, match="no field 'nope'"):
         m["nope"]
-    reserve = ReserveMaxLLM(paged_model(), num_blocks=16, block_size=4, max_len=16)
+    reserve = ReserveMaxLLM(paged_model(), num_usable_blocks=16, block_size=4, max_len=16)
     reserve.generate([[1, 2]], max_new_tokens=2, use_tqdm=False)
     assert reserve.metrics["history"][0]["reserved_blocks"] == 4
 
 
 def test_a_request_no_policy_would_ever_admit_is_an_error_not_a_hang():
-    llm = LLM(paged_model(), num_blocks=8, block_size=4)
+    llm = LLM(paged_model(), num_usable_blocks=8, block_size=4)
     llm.scheduler.can_admit = lambda seq: False                   # a broken admission rule
     with pytest.raises(RuntimeError, match="request 0 cannot be admitted even into an empty cache"):
         llm.generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)
@@ -452,13 +452,13 @@ def test_a_request_no_policy_would_ever_admit_is_an_error_not_a_hang():
 # ---- resumed prefixes, tenants, latency as engines report it ---------------------------------------------
 def test_a_preempted_request_resumes_on_its_cached_blocks_and_the_saving_is_counted():
     prompts = [tokens(12, seed=s) for s in range(3)]
-    llm = LLM(paged_model(), num_blocks=10, block_size=4, enable_prefix_caching=True)
+    llm = LLM(paged_model(), num_usable_blocks=10, block_size=4, enable_prefix_caching=True)
     outs = llm.generate(prompts, max_new_tokens=12, use_tqdm=False)
     assert outs == [reference(tuple(p), 12) for p in prompts]
     m = llm.metrics
     assert m["preemptions"] > 0 and m["resumed_hit_tokens"] > 0
     assert m["resumed_hit_tokens"] <= m["prefix_hit_tokens"] and m["resumed_hit_tokens"] % 4 == 0
-    plain = LLM(paged_model(), num_blocks=10, block_size=4)
+    plain = LLM(paged_model(), num_usable_blocks=10, block_size=4)
     assert plain.generate(prompts, max_new_tokens=12, use_tqdm=False) == outs
     assert plain.metrics["resumed_hit_tokens"] == 0
     assert m["prompt_tokens_computed"] + m["resumed_hit_tokens"] <= plain.metrics["prompt_tokens_computed"]
@@ -466,7 +466,7 @@ def test_a_preempted_request_resumes_on_its_cached_blocks_and_the_saving_is_coun
 
 def test_a_cache_salt_keeps_requests_from_sharing_blocks():
     prompt = tokens(13, seed=4)
-    llm = LLM(paged_model(), num_blocks=32, block_size=4, enable_prefix_caching=True)
+    llm = LLM(paged_model(), num_usable_blocks=32, block_size=4, enable_prefix_caching=True)
     for salt, hits in [("alice", 0), ("bob", 0), ("alice", 12), (None, 0)]:
         request = llm.add_request(prompt, SamplingParams(max_new_tokens=2), cache_salt=salt)
         while llm.scheduler.has_unfinished():
@@ -476,7 +476,7 @@ def test_a_cache_salt_keeps_requests_from_sharing_blocks():
 
 
 def test_latency_percentiles_and_goodput():
-    llm = LLM(paged_model(), num_blocks=32, block_size=4, max_num_batched_tokens=8)
+    llm = LLM(paged_model(), num_usable_blocks=32, block_size=4, max_num_batched_tokens=8)
     llm.generate([tokens(10, seed=s) for s in range(4)], max_new_tokens=5, use_tqdm=False)
     m = llm.metrics
     requests = m["requests"]
@@ -490,7 +490,7 @@ def test_latency_percentiles_and_goodput():
 
 
 def test_reset_metrics_changes_nothing_in_the_engine():
-    llm = LLM(paged_model(), num_blocks=10, block_size=4)
+    llm = LLM(paged_model(), num_usable_blocks=10, block_size=4)
     llm.generate([tokens(12, seed=s) for s in range(3)], max_new_tokens=12, use_tqdm=False)
     before = (llm.scheduler.num_preemptions, llm.block_manager.hit_tokens)
     assert before[0] > 0

@@ -99,14 +99,14 @@ def test_ample_memory_matches_transformers(name):
     model = paged(name)
     assert isinstance(model, Llama) and isinstance(model, PagedModel)
     assert (model.lm_head is None) == CONFIGS[name][1].get("tie_word_embeddings", False)
-    llm = LLM(model, num_blocks=64, block_size=16, max_num_seqs=6)
+    llm = LLM(model, num_usable_blocks=64, block_size=16, max_num_seqs=6)
     assert_matches_transformers(llm, name, random_prompts(6), 10)
     assert llm.metrics["preemptions"] == 0
 
 
 @pytest.mark.parametrize("name", ["gqa8_2", "qwen2_4_2"])
 def test_memory_pressure_preempts_and_still_matches(name):
-    llm = LLM(paged(name), num_blocks=14, block_size=4, max_num_seqs=6)   # 56 slots for 6 requests
+    llm = LLM(paged(name), num_usable_blocks=14, block_size=4, max_num_seqs=6)   # 56 slots for 6 requests
     assert_matches_transformers(llm, name, random_prompts(6, seed=2), 14)
     assert llm.metrics["preemptions"] > 0
 
@@ -116,7 +116,7 @@ def test_prefix_caching_hits_and_matches(name):
     g = torch.Generator().manual_seed(5)
     system = torch.randint(0, VOCAB, (13,), generator=g).tolist()        # 3 full blocks of 4 shared
     prompts = [system + torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (3, 7, 1, 12)]
-    llm = LLM(paged(name), num_blocks=40, block_size=4, max_num_seqs=2, enable_prefix_caching=True)
+    llm = LLM(paged(name), num_usable_blocks=40, block_size=4, max_num_seqs=2, enable_prefix_caching=True)
     assert_matches_transformers(llm, name, prompts, 8)
     assert llm.metrics["prefix_hit_tokens"] >= 3 * 12
 
@@ -125,7 +125,7 @@ def test_prefix_caching_hits_and_matches(name):
 @pytest.mark.parametrize("name", ["gqa8_2", "qwen2_4_2"])
 def test_a_token_budget_chunks_prompts_and_still_matches(name, budget):
     """Prompts longer than the budget are prefilled in chunks, mixed with decodes, under preemption."""
-    llm = LLM(paged(name), num_blocks=20, block_size=4, max_num_seqs=4, max_num_batched_tokens=budget,
+    llm = LLM(paged(name), num_usable_blocks=20, block_size=4, max_num_seqs=4, max_num_batched_tokens=budget,
               enable_prefix_caching=True)
     assert_matches_transformers(llm, name, random_prompts(5, lo=10, hi=40, seed=3), 10)
     history = llm.metrics["history"]
@@ -137,7 +137,7 @@ def test_triton_backend_end_to_end_gqa():
     """The Triton kernels (through the interpreter on a CPU) serve a GQA model: the decode kernel
     reads one KV head for its group of 4 query heads; prefill, a cached prefix and preemption too."""
     name = "gqa8_2"
-    llm = LLM(paged(name, "triton", layers=1), num_blocks=4, block_size=4, max_num_seqs=2,
+    llm = LLM(paged(name, "triton", layers=1), num_usable_blocks=4, block_size=4, max_num_seqs=2,
               enable_prefix_caching=True)
     prompts = [[5, 3, 9, 1, 4, 7], [5, 3, 9, 1, 8]]          # one shared full block; 11 + 10 tokens > 16 slots
     assert_matches_transformers(llm, name, prompts, 5, layers=1)

@@ -12,7 +12,7 @@ PARAMS = SamplingParams(max_new_tokens=5)
 
 
 def test_evicted_blocks_come_back_from_the_host_with_the_same_kv_and_output():
-    llm = LLM(gpt2.paged("h4v300"), num_blocks=12, block_size=4, enable_prefix_caching=True)
+    llm = LLM(gpt2.paged("h4v300"), num_usable_blocks=12, block_size=4, enable_prefix_caching=True)
     tier = HostTier(llm, capacity_blocks=64)
     a = list(range(1, 22))                                   # 21 tokens: 5 full blocks
     (out_a,) = llm.generate([a], PARAMS, use_tqdm=False)
@@ -39,7 +39,7 @@ def test_evicted_blocks_come_back_from_the_host_with_the_same_kv_and_output():
 
 def test_a_tier_needs_prefix_caching():
     with pytest.raises(ValueError, match="enable_prefix_caching=True"):
-        HostTier(LLM(gpt2.paged("h4v300"), num_blocks=8, block_size=4), 4)
+        HostTier(LLM(gpt2.paged("h4v300"), num_usable_blocks=8, block_size=4), 4)
 
 
 PREFIXES = gpt2.random_prompts(3, 300, lo=16, hi=17, seed=11)       # three shared 16-token prefixes
@@ -55,8 +55,8 @@ def test_any_round_trip_through_the_tier_returns_the_stored_kv_and_the_same_outp
     back holds, in the engine's blocks, exactly the K/V it stored; the outputs are a tierless
     engine's; no block is left allocated."""
     model = gpt2.paged("h4v300")
-    llm = LLM(model, num_blocks=num_blocks, block_size=4, enable_prefix_caching=True)
-    plain = LLM(model, num_blocks=64, block_size=4)
+    llm = LLM(model, num_usable_blocks=num_blocks, block_size=4, enable_prefix_caching=True)
+    plain = LLM(model, num_usable_blocks=64, block_size=4)
     tier = HostTier(llm, capacity_blocks=capacity)
     bm = llm.block_manager
     for prefix, tail in requests:

@@ -29,8 +29,8 @@ def requests():
 
 def test_outputs_are_the_engines_and_the_clock_follows_the_model():
     clock = StepTime(weights_s=1.0, per_kv_token_s=0.0, per_prefill_token_s=0.0)   # every step: 1 s
-    run = serve(LLM(model(), num_blocks=32, block_size=4), requests(), clock)
-    want = LLM(model(), num_blocks=32, block_size=4).generate([r[1] for r in requests()],
+    run = serve(LLM(model(), num_usable_blocks=32, block_size=4), requests(), clock)
+    want = LLM(model(), num_usable_blocks=32, block_size=4).generate([r[1] for r in requests()],
                                                             [r[2] for r in requests()], use_tqdm=False)
     assert run.outputs == want
     assert list(run.ttft_s) == [1.0, 1.0, 1.0]       # the third arrives at 10 s, after an idle wait
@@ -47,8 +47,8 @@ def test_a_request_with_samples_has_one_token_time_per_step_and_all_its_samples_
     clock = StepTime(weights_s=1.0, per_kv_token_s=0.0, per_prefill_token_s=0.0)
     prompt = requests()[0][1]
     params = SamplingParams(max_new_tokens=4, n=3, temperature=1.0, seed=5)
-    run = serve(LLM(model(), num_blocks=32, block_size=4), [(0.0, prompt, params)], clock)
-    want = LLM(model(), num_blocks=32, block_size=4).generate([prompt], [params], use_tqdm=False)[0]
+    run = serve(LLM(model(), num_usable_blocks=32, block_size=4), [(0.0, prompt, params)], clock)
+    want = LLM(model(), num_usable_blocks=32, block_size=4).generate([prompt], [params], use_tqdm=False)[0]
     assert run.outputs == [want] and len(want) == 3
     assert run.token_times_s == [[1.0, 2.0, 3.0, 4.0]]      # not 3 times per step
     assert run.tokens_per_s == pytest.approx(12 / 4)

@@ -114,7 +114,7 @@ def test_engine_equals_generate_on_real_chats(converted):
     while the others still decode: every reply is transformers' greedy generate, or a near tie."""
     _, hf, tokenizer, _ = converted
     prompts = chats(tokenizer)
-    llm = LLM(pagedlib.from_hf(hf, backend="torch"), num_blocks=64, block_size=16, enable_prefix_caching=True)
+    llm = LLM(pagedlib.from_hf(hf, backend="torch"), num_usable_blocks=64, block_size=16, enable_prefix_caching=True)
     outputs = llm.generate(prompts, max_new_tokens=12, use_tqdm=False)
     assert_generate_or_tie(hf, prompts, outputs, 12)
     hits = [r["num_cached_tokens"] for r in llm.metrics["requests"]]
@@ -152,7 +152,7 @@ def test_the_course_spec_of_smollm2_is_the_model_s(converted):
 def test_eos_stops_a_reply(converted):
     _, hf, tokenizer, _ = converted
     prompt = smollm2.chat_ids(tokenizer, [{"role": "user", "content": "Reply with the single word: yes."}])
-    llm = LLM(pagedlib.from_hf(hf), num_blocks=16)
+    llm = LLM(pagedlib.from_hf(hf), num_usable_blocks=16)
     out = llm.generate([prompt], SamplingParams(max_new_tokens=24, eos_token_id=tokenizer.eos_token_id),
                        use_tqdm=False)[0]
     assert out[-1] == tokenizer.eos_token_id and len(out) < 24, tokenizer.decode(out)
@@ -163,7 +163,7 @@ def test_triton_backend_through_the_interpreter(converted):
     """The course's Triton kernels (interpreted on a CPU) on the real model, a few tokens."""
     _, hf, tokenizer, _ = converted
     prompts = [smollm2.chat_ids(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[2:]]
-    llm = LLM(pagedlib.from_hf(hf, backend="triton"), num_blocks=16, block_size=16)
+    llm = LLM(pagedlib.from_hf(hf, backend="triton"), num_usable_blocks=16, block_size=16)
     outputs = llm.generate(prompts, max_new_tokens=3, use_tqdm=False)
     assert_generate_or_tie(hf, prompts, outputs, 3)
 
@@ -245,7 +245,7 @@ def test_chat_and_stop_strings_equal_generate(converted):
     tokens kept, the text cut before it), as generate's ``stop_strings`` do; a streamed text reply
     adds up to the same text."""
     _, hf, tokenizer, _ = converted
-    llm = LLM(pagedlib.from_hf(hf, backend="torch"), num_blocks=32, block_size=16, tokenizer=tokenizer)
+    llm = LLM(pagedlib.from_hf(hf, backend="torch"), num_usable_blocks=32, block_size=16, tokenizer=tokenizer)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[2]}]
     prompt = smollm2.chat_ids(tokenizer, messages)
     want = hf_generate(hf, prompt, 40, eos_token_id=tokenizer.eos_token_id)

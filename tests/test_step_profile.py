@@ -23,8 +23,8 @@ def _prompts(n=6, seed=1):
 
 def test_a_profiled_run_gives_generates_tokens_and_times_every_step(tiny):
     prompts, params = _prompts(), SamplingParams(max_new_tokens=7)
-    want = LLM(tiny, num_blocks=64, block_size=8, max_num_seqs=4).generate(prompts, params, use_tqdm=False)
-    llm = LLM(tiny, num_blocks=64, block_size=8, max_num_seqs=4)
+    want = LLM(tiny, num_usable_blocks=64, block_size=8, max_num_seqs=4).generate(prompts, params, use_tqdm=False)
+    llm = LLM(tiny, num_usable_blocks=64, block_size=8, max_num_seqs=4)
     prof = profile(llm, prompts, params)
     assert prof.outputs == want
     assert len(prof.steps) == llm.metrics["steps"]
@@ -42,7 +42,7 @@ def test_a_profiled_run_gives_generates_tokens_and_times_every_step(tiny):
 
 
 def test_profile_refuses_a_busy_engine_and_a_wrong_number_of_params(tiny):
-    llm = LLM(tiny, num_blocks=16, block_size=8)
+    llm = LLM(tiny, num_usable_blocks=16, block_size=8)
     with pytest.raises(ValueError, match="one per prompt"):
         profile(llm, _prompts(3), [SamplingParams()] * 2)
     llm.add_request(_prompts(1)[0])

@@ -324,7 +324,7 @@ def test_the_triton_backend_serves_every_step_mixed_or_not_with_one_varlen_launc
     from test_llama import assert_matches_transformers, paged, random_prompts
     launches = spy_on_the_kernels(monkeypatch)
     name = "gqa8_2"                                           # 8 query heads over 2 KV heads: GQA packing
-    llm = pagedlib.LLM(paged(name, "triton", layers=1), num_blocks=24, block_size=4, max_num_seqs=3,
+    llm = pagedlib.LLM(paged(name, "triton", layers=1), num_usable_blocks=24, block_size=4, max_num_seqs=3,
                        max_num_batched_tokens=8)
     assert_matches_transformers(llm, name, random_prompts(3, lo=5, hi=14, seed=4), 5, layers=1)
     steps = llm.metrics["history"]

@@ -154,12 +154,12 @@ def main(argv: list[str]) -> int:
         return code
     hf, model = build_model(args)
     prompts, outputs = make_workload(args)
-    num_blocks = args.kv_slots // args.block_size
+    num_usable_blocks = args.kv_slots // args.block_size
     print(f"model: random GPT-2, {args.layers} layers, {args.heads} heads, n_embd {args.embd}, vocab "
           f"{args.vocab}, requests up to {args.max_len} tokens ({model.num_parameters() / 1e6:.2f} M parameters)")
     print(f"workload: {len(prompts)} ShareGPT-like requests, prompt mean {np.mean(list(map(len, prompts))):.0f}, "
           f"output mean {np.mean(outputs):.0f} tokens ({sum(outputs)} to generate)")
-    print(f"KV budget: {args.kv_slots} token slots = {num_blocks} blocks of {args.block_size}; "
+    print(f"KV budget: {args.kv_slots} token slots = {num_usable_blocks} blocks of {args.block_size}; "
           f"device {runtime.DEVICE.type}, attention backend {args.backend}, torch threads {torch.get_num_threads()}")
     if runtime.DEVICE.type == "cpu" and args.backend == "torch":
         print("note: on a CPU attention is the batched PyTorch reference, not a tuned kernel; the capacity\n"
@@ -170,10 +170,10 @@ def main(argv: list[str]) -> int:
     if args.quick:
         print("quick run: a smoke test, its numbers mean little")
     LLM(model, 8, args.block_size).generate([[1, 2, 3]], max_new_tokens=2, use_tqdm=False)   # warm-up
-    paged = LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
+    paged = LLM(model, num_usable_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
                 max_num_batched_tokens=args.max_num_batched_tokens)
     paged_outs, pm = run_engine(paged, prompts, outputs)
-    reserve = ReserveMaxLLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
+    reserve = ReserveMaxLLM(model, num_usable_blocks, args.block_size, max_num_seqs=args.max_num_seqs,
                             max_len=args.max_len, max_num_batched_tokens=args.max_num_batched_tokens)
     reserve_outs, rm = run_engine(reserve, prompts, outputs)
     rows = [("paged (LLM)", pm, *concurrency(pm["metrics"])), ("reserve-max", rm, *concurrency(rm["metrics"]))]

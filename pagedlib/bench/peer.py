@@ -172,9 +172,9 @@ def compare(kind: str, args, prompts, budgets, hf=None, decode=None) -> dict:
     from ..models.loading import from_hf
     hf = build_hf(kind, args) if hf is None else hf
     model = from_hf(hf, backend=args.backend, dtype=torch.float32)
-    num_blocks = args.kv_slots // args.block_size
+    num_usable_blocks = args.kv_slots // args.block_size
     caching = bool(getattr(args, "prefix_caching", False))
-    fresh = lambda: LLM(model, num_blocks, args.block_size, max_num_seqs=args.max_num_seqs,  # noqa: E731
+    fresh = lambda: LLM(model, num_usable_blocks, args.block_size, max_num_seqs=args.max_num_seqs,  # noqa: E731
                         enable_prefix_caching=caching)
     fresh().generate(prompts[:4], max_new_tokens=4, use_tqdm=False)                # warm-up
     peer = HFEngine(hf, num_blocks=max(1, args.kv_slots // args.hf_page_size), page_size=args.hf_page_size,

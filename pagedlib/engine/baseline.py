@@ -43,11 +43,12 @@ class ReserveMaxLLM(LLM):
     """:class:`~pagedlib.LLM` with reserve-max admission: each running request holds ``max_len`` slots
     (default: the model's context). Same model, kernels and outputs; fewer requests at once."""
 
-    def __init__(self, model: PagedModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
-                 max_len: int | None = None, max_num_batched_tokens: int | None = None):
+    def __init__(self, model: PagedModel, num_usable_blocks: int | None = None, block_size: int = 16,
+                 max_num_seqs: int = 64, max_len: int | None = None, max_num_batched_tokens: int | None = None,
+                 *, num_blocks: int | None = None):
         self.max_len = max_len or model.context_length
-        super().__init__(model, num_blocks, block_size, max_num_seqs, enable_prefix_caching=False,
-                         max_num_batched_tokens=max_num_batched_tokens)
+        super().__init__(model, num_usable_blocks, block_size, max_num_seqs, enable_prefix_caching=False,
+                         max_num_batched_tokens=max_num_batched_tokens, num_blocks=num_blocks)
 
     def make_scheduler(self) -> Scheduler:
         return ReserveMaxScheduler(self.block_manager, self.max_num_seqs, self.max_len,
@@ -64,10 +65,10 @@ class ReserveMaxLLM(LLM):
             raise ValueError(f"prompts[{index}]: {len(tokens)} prompt tokens + max_new_tokens "
                              f"{params.max_new_tokens} exceed the reservation max_len = {self.max_len}; "
                              "raise max_len.") from None
-        if params.n * blocks_for(reserved, self.block_size) > self.num_blocks:
+        if params.n * blocks_for(reserved, self.block_size) > self.num_usable_blocks:
             raise ValueError(f"prompts[{index}]: n = {params.n} reservations of max_len = {self.max_len} tokens "
-                             f"need more than the whole cache ({self.num_blocks} blocks of {self.block_size}), "
-                             "so it could never be admitted; raise num_blocks or lower n or max_len.")
+                             f"need more than the whole cache ({self.num_usable_blocks} blocks of {self.block_size}), "
+                             "so it could never be admitted; raise num_usable_blocks or lower n or max_len.")
         return tokens
 
 

@@ -21,7 +21,7 @@ retire those that are done. If the step raises (the model fails, a ``KeyboardInt
 undone first (:meth:`pagedlib.engine.scheduler.Scheduler.undo`), so the next ``step()`` goes on.
 Requests are checked by ``pagedlib.engine.request_checks``, measured by ``pagedlib.engine.metrics``::
 
-    llm = LLM(GPT2.from_hf(hf_model), num_blocks=256, block_size=16, max_num_seqs=32,
+    llm = LLM(GPT2.from_hf(hf_model), num_usable_blocks=256, block_size=16, max_num_seqs=32,
               max_num_batched_tokens=512)                 # None: whole prompts in one step
     outputs = llm.generate(prompts, max_new_tokens=64)    # list[list[int]] -> list[list[int]]
     llm.metrics["preemptions"], llm.metrics["history"][0]["prefill_tokens"], llm.metrics["ttft_p99_s"]
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Hashable, Iterator, Sequence as Seq
 
@@ -95,9 +96,28 @@ class RequestOutput:
     finished: bool = False
 
 
+_OLD_NAME = ("an engine's num_blocks is now num_usable_blocks, the blocks requests can hold; num_blocks "
+             "names a pool's size, the null block included (block_manager.num_blocks, kv_cache.num_blocks)")
+
+
+def usable_blocks(num_usable_blocks: int | None, num_blocks: int | None) -> int:
+    """An engine's ``num_usable_blocks``, given under that name or its old one, ``num_blocks``
+    (accepted, with a ``PendingDeprecationWarning``); checked."""
+    if num_blocks is not None:
+        if num_usable_blocks is not None:
+            raise TypeError("give num_usable_blocks only (num_blocks is its old name)")
+        warnings.warn(_OLD_NAME, PendingDeprecationWarning, stacklevel=3)
+        num_usable_blocks = num_blocks
+    if num_usable_blocks is None:
+        raise TypeError("the engine needs num_usable_blocks: how many blocks of block_size tokens requests "
+                        "can hold (LLM(model, num_usable_blocks=256))")
+    return positive_int("num_usable_blocks", num_usable_blocks)
+
+
 class LLM:
     """A serving engine: continuous batching of many requests over one paged KV cache of
-    ``num_blocks`` blocks of ``block_size`` tokens (plus the null block that padding names), at most
+    ``num_usable_blocks`` blocks of ``block_size`` tokens for requests, plus the null block that padding
+    names (so the block manager and the KV cache hold ``num_blocks = num_usable_blocks + 1``), at most
     ``max_num_seqs`` sequences at once and at most ``max_num_batched_tokens`` tokens per step
     (``None``: no limit, every prompt whole).
 
@@ -138,10 +158,12 @@ class LLM:
     (:class:`EngineFailed`).
     """
 
-    def __init__(self, model: PagedModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 64,
-                 enable_prefix_caching: bool = False, max_num_batched_tokens: int | None = None, *,
-                 scheduling: str = "vllm", admission: str = "on_demand", long_prefill_token_threshold: int = 0,
-                 prefix_caching_hash: str = "builtin", scheduler_reserve_full_isl: bool = True, tokenizer=None):
+    def __init__(self, model: PagedModel, num_usable_blocks: int | None = None, block_size: int = 16,
+                 max_num_seqs: int = 64, enable_prefix_caching: bool = False,
+                 max_num_batched_tokens: int | None = None, *, scheduling: str = "vllm",
+                 admission: str = "on_demand", long_prefill_token_threshold: int = 0,
+                 prefix_caching_hash: str = "builtin", scheduler_reserve_full_isl: bool = True, tokenizer=None,
+                 num_blocks: int | None = None):
         if not isinstance(model, PagedModel):
             raise TypeError(f"model must be a paged model (pagedlib.GPT2, pagedlib.Llama, or anything with "
                             f"the pagedlib.models.layers.PagedModel protocol); got {type(model).__name__}. "
@@ -149,24 +171,32 @@ class LLM:
                             "pagedlib.GPT2.from_hf or pagedlib.Llama.from_hf by architecture).")
         self.model = model
         self.tokenizer = tokenizer
-        self.num_blocks = positive_int("num_blocks", num_blocks)
+        self.num_usable_blocks = usable_blocks(num_usable_blocks, num_blocks)
         self.block_size = positive_int("block_size", block_size)
         self.max_num_seqs, self.max_num_batched_tokens = check_limits(max_num_seqs, max_num_batched_tokens)
         self._scheduler_options = dict(scheduling=scheduling, admission=admission,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
                                        scheduler_reserve_full_isl=scheduler_reserve_full_isl)
-        # one more block than asked for: block 0 is the null block, never handed out
-        self.block_manager = BlockManager(num_blocks + 1, block_size, enable_prefix_caching=enable_prefix_caching,
+        # a pool of one more block than requests can hold: block 0 is the null block, never handed out
+        num_blocks = self.num_usable_blocks + 1
+        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
                                           null_block=True, prefix_caching_hash=prefix_caching_hash)
         self.scheduler = self.make_scheduler()
-        self.kv_cache = model.make_kv_cache(num_blocks + 1, block_size)
+        self.kv_cache = model.make_kv_cache(num_blocks, block_size)
         self._request_ids = itertools.count()
         self._seq_ids = itertools.count()
         self._requests: dict[int, _Request] = {}         # request id -> its state, until popped
         self._produced: list[SeqState] = []               # the sequences that sampled in the last step
         self._failure: BaseException | None = None
-        self.recorder = MetricsRecorder(self.scheduler, self.block_manager, self.num_blocks, self.block_size,
-                                        self.max_num_batched_tokens)
+        self.recorder = MetricsRecorder(self.scheduler, self.block_manager, self.num_usable_blocks,
+                                        self.block_size, self.max_num_batched_tokens)
+
+    @property
+    def num_blocks(self) -> int:
+        """The old name of :attr:`num_usable_blocks` (``num_blocks`` is the pool's size, null block
+        included: ``block_manager.num_blocks``)."""
+        warnings.warn(_OLD_NAME, PendingDeprecationWarning, stacklevel=2)
+        return self.num_usable_blocks
 
     def make_scheduler(self) -> Scheduler:
         """The scheduler with this engine's order and admission policy; the reserve-max baseline
@@ -486,14 +516,14 @@ class LLM:
             raise ValueError(f"stop_token_ids has {bad[0]}, outside the vocabulary [0, {self.model.vocab_size}).")
         tokens = check_request(index, prompt, params, vocab_size=self.model.vocab_size,
                                context_length=self.model.context_length, block_size=self.block_size,
-                               num_blocks=self.num_blocks, max_num_seqs=self.max_num_seqs)
+                               num_usable_blocks=self.num_usable_blocks, max_num_seqs=self.max_num_seqs)
         admission = self._scheduler_options["admission"]
         need = params.n * cdiv(len(tokens) + params.max_new_tokens, self.block_size)
-        if admission != "on_demand" and need > self.num_blocks:
+        if admission != "on_demand" and need > self.num_usable_blocks:
             raise ValueError(f"prompts[{index}]: admission={admission!r} charges each of its n = {params.n} "
                              f"samples its longest, {need} blocks in all, more than the cache's "
-                             f"{self.num_blocks}, so it could never be admitted; raise num_blocks or lower n "
-                             "or max_new_tokens.")
+                             f"{self.num_usable_blocks}, so it could never be admitted; raise num_usable_blocks "
+                             "or lower n or max_new_tokens.")
         return tokens
 
     # ---- metrics ---------------------------------------------------------------------------------

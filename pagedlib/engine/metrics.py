@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -33,7 +35,13 @@ def percentile(values, q: float) -> float:
 class _ByKey:
     """Read a dataclass's fields by key too: ``record["name"]``, ``"name" in record``, ``keys()``."""
 
+    _OLD_KEYS: ClassVar[dict[str, str]] = {}      # an old key -> the field it names now
+
     def __getitem__(self, key: str):
+        if key in self._OLD_KEYS:
+            warnings.warn(f"metrics[{key!r}] is now metrics[{self._OLD_KEYS[key]!r}]", PendingDeprecationWarning,
+                          stacklevel=2)
+            key = self._OLD_KEYS[key]
         if key not in self:
             raise KeyError(f"{type(self).__name__} has no field {key!r}; its fields: {list(self.keys())}")
         return getattr(self, key)
@@ -87,9 +95,12 @@ class RequestMetrics(_ByKey):
 
 @dataclass
 class EngineMetrics(_ByKey):
-    """Counters over the steps since the last ``reset_metrics`` (``generate`` resets them)."""
+    """Counters over the steps since the last ``reset_metrics`` (``generate`` resets them).
+    ``num_usable_blocks``: the blocks requests can hold (``metrics["num_blocks"]``, its old key, still reads it)."""
 
-    num_blocks: int
+    _OLD_KEYS = {"num_blocks": "num_usable_blocks"}
+
+    num_usable_blocks: int
     block_size: int
     max_num_batched_tokens: int | None = None
     steps: int = 0
@@ -134,12 +145,12 @@ class EngineMetrics(_ByKey):
         self.itl_p50_s, self.itl_p90_s, self.itl_p99_s = (percentile(itl, q) for q in (50, 90, 99))
 
     @classmethod
-    def from_token_times(cls, arrivals, token_times, elapsed_s: float, *, num_blocks: int, block_size: int,
+    def from_token_times(cls, arrivals, token_times, elapsed_s: float, *, num_usable_blocks: int, block_size: int,
                          prompt_lens=None, preemptions=None) -> "EngineMetrics":
         """The metrics of a run known by its requests' arrival times and token times (seconds, any
         clock: a simulator's modelled one, say): each request that produced a token, its TTFT, ITL
         and TPOT as :class:`MetricsRecorder` records them; ``elapsed_s`` the run's length."""
-        m = cls(num_blocks=num_blocks, block_size=block_size, elapsed_s=float(elapsed_s))
+        m = cls(num_usable_blocks=num_usable_blocks, block_size=block_size, elapsed_s=float(elapsed_s))
         for i, (arrival, times) in enumerate(zip(arrivals, token_times)):
             if times:
                 m.add_request(request_record(i, float(arrival), list(times),
@@ -188,10 +199,10 @@ class MetricsRecorder:
     :meth:`reset`. It reads the scheduler's and block manager's cumulative counters (preemptions,
     prefix hits) and reports their growth since the reset; it never writes into them."""
 
-    def __init__(self, scheduler, block_manager, num_blocks: int, block_size: int,
+    def __init__(self, scheduler, block_manager, num_usable_blocks: int, block_size: int,
                  max_num_batched_tokens: int | None):
         self.scheduler, self.block_manager = scheduler, block_manager
-        self._config = dict(num_blocks=num_blocks, block_size=block_size,
+        self._config = dict(num_usable_blocks=num_usable_blocks, block_size=block_size,
                             max_num_batched_tokens=max_num_batched_tokens)
         self._logs: dict[int, _RequestLog] = {}
         self.reset()

@@ -34,10 +34,11 @@ def sampling_params_for(prompts, sampling_params, kwargs: dict) -> list[Sampling
 
 
 def check_request(index: int, prompt: Sequence[int], params: SamplingParams, *, vocab_size: int,
-                  context_length: int, block_size: int, num_blocks: int, max_num_seqs: int) -> list[int]:
+                  context_length: int, block_size: int, num_usable_blocks: int,
+                  max_num_seqs: int) -> list[int]:
     """Refuse, with a ``ValueError`` saying why, a request that cannot run; return its token ids.
 
-    ``num_blocks``: the blocks the cache can hand out (the null block not counted).
+    ``num_usable_blocks``: the blocks the cache can hand out (the null block not counted).
     """
     where = f"prompts[{index}]"
     try:
@@ -60,10 +61,10 @@ def check_request(index: int, prompt: Sequence[int], params: SamplingParams, *, 
                          f"{total} exceeds the model's context of {context_length} tokens (context_length); "
                          "shorten the prompt or lower max_new_tokens.")
     need = cdiv(total, block_size)
-    if need > num_blocks:
+    if need > num_usable_blocks:
         raise ValueError(f"{where}: {total} tokens need {need} blocks of {block_size}, but the whole "
-                         f"cache has {num_blocks} blocks to hand out, so it could never run; give LLM more "
-                         "num_blocks or lower max_new_tokens.")
+                         f"cache has {num_usable_blocks} blocks to hand out, so it could never run; give LLM more "
+                         "num_usable_blocks or lower max_new_tokens.")
     if params.n > max_num_seqs:
         raise ValueError(f"n = {params.n} samples cannot run at once with max_num_seqs = "
                          f"{max_num_seqs}; raise max_num_seqs or lower n.")

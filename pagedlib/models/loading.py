@@ -49,7 +49,7 @@ def from_pretrained(name: str = SMALL_LLAMA, **kwargs):
     ``kwargs`` passed on) and its ``transformers`` tokenizer. Needs the internet::
 
         model, tokenizer = pagedlib.from_pretrained("HuggingFaceTB/SmolLM2-135M")
-        llm = pagedlib.LLM(model, num_blocks=1024)
+        llm = pagedlib.LLM(model, num_usable_blocks=1024)
         ids = llm.generate([tokenizer.encode("The capital of France is")], max_new_tokens=20)
         print(tokenizer.decode(ids[0]))
     """

@@ -162,7 +162,7 @@ def load_smollm2(device: torch.device | str | None = None, dtype: torch.dtype | 
     :func:`load_smollm2_hf`. The first call takes about a minute (the conversion), later ones seconds::
 
         model, tokenizer = pagedlib.load_smollm2()
-        llm = pagedlib.LLM(model, num_blocks=256)
+        llm = pagedlib.LLM(model, num_usable_blocks=256)
         chat = [{"role": "user", "content": "What is a KV cache?"}]
         ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True)
         print(tokenizer.decode(llm.generate([ids], max_new_tokens=40)[0]))

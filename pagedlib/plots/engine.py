@@ -37,7 +37,7 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
     if any(lg > u for lg, u in zip(logical, used)):
         bottom.step(steps, logical, where="post", color=COLORS["shared"], linestyle="--",
                     label="blocks without sharing")
-    bottom.axhline(metrics["num_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
+    bottom.axhline(metrics["num_usable_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
     bottom.set_ylabel(f"KV blocks ({metrics['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
     bottom.legend(loc="best", fontsize=10)
@@ -58,7 +58,7 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
             bottom.step(_series(m, "step"), _series(m, "reserved_blocks"), where="post", color=colour,
                         linestyle="--", label=f"{name}: reserved")
     first = next(iter(runs.values()))
-    bottom.axhline(first["num_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
+    bottom.axhline(first["num_usable_blocks"], color=COLORS["external"], linestyle=":", label="cache size")
     top.set_title(title)
     top.set_ylabel("running sequences")
     top.set_xlabel("engine step")

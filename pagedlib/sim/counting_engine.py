@@ -87,7 +87,7 @@ class CountingEngine:
         try:
             tokens = check_request(i, [0] * prompt, params, vocab_size=1, context_length=self.max_len,
                                    block_size=self.block_manager.block_size,
-                                   num_blocks=self.block_manager.num_usable_blocks,
+                                   num_usable_blocks=self.block_manager.num_usable_blocks,
                                    max_num_seqs=self.scheduler.max_num_seqs)
         except ValueError as exc:
             raise ValueError(f"{exc} In the simulator: raise kv_slots (or max_len), or drop the "
@@ -147,7 +147,7 @@ class CountingEngine:
         the modelled clock (its ``goodput`` and percentiles)."""
         from ..engine.metrics import EngineMetrics
         return EngineMetrics.from_token_times(self.arrivals, self.token_s, self.clock,
-                                              num_blocks=self.block_manager.num_blocks,
+                                              num_usable_blocks=self.block_manager.num_usable_blocks,
                                               block_size=self.block_manager.block_size,
                                               prompt_lens=[len(s.prompt) for s in self.seqs],
                                               preemptions=[s.num_preemptions for s in self.seqs])

@@ -151,7 +151,7 @@ class Replica:
         try:
             check_request(req.rid, req.seq.prompt, req.seq.params, vocab_size=VOCAB,
                           context_length=self.max_len, block_size=bm.block_size,
-                          num_blocks=bm.num_usable_blocks, max_num_seqs=self.scheduler.max_num_seqs)
+                          num_usable_blocks=bm.num_usable_blocks, max_num_seqs=self.scheduler.max_num_seqs)
         except ValueError as exc:
             raise ValueError(f"{exc} In the router simulator: raise kv_slots or max_len, or make the "
                              "chats shorter.") from None
