@@ -26,6 +26,15 @@ def test_match_at_token_granularity_and_split():
     rc.check()
 
 
+def test_a_new_leaf_is_as_recent_as_the_insert_that_made_it():
+    rc = RadixCache(8, page_size=1)
+    rc.insert([1, 2], rc._take(2))             # leaf [1, 2]
+    rc.match_prefix([1, 2])                    # used again
+    rc.insert([7, 8], rc._take(2))             # leaf [7, 8], made later: the most recent
+    assert rc.evict(2) == 2
+    assert (rc.cached_len([1, 2]), rc.cached_len([7, 8])) == (0, 2)
+
+
 def test_page_size_rounds_hits_down_to_whole_pages():
     rc = RadixCache(64, page_size=4)
     rc.allocate("a", list(range(12)))

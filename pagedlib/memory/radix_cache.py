@@ -129,6 +129,12 @@ class RadixCache:
         """The longest cached prefix of ``token_ids`` (whole pages): its length, its pages and the
         node it ends at (an edge is split if the match ends inside it). The path is marked as used."""
         key = tuple(token_ids[:len(token_ids) - len(token_ids) % self.page_size])
+        node, matched, pages = self._descend(key)
+        return matched, pages, node
+
+    def _descend(self, key: tuple) -> tuple[RadixNode, int, list[int]]:
+        """Walk down from the root as far as the tree holds ``key``, marking the path as used and
+        splitting the edge the match ends inside: the node reached, the tokens matched, their pages."""
         now = self._tick()
         node, matched, pages = self.root, 0, []
         node.last_access = now
@@ -143,7 +149,7 @@ class RadixCache:
             pages += child.pages
             matched += n
             node = child
-        return matched, pages, node
+        return node, matched, pages
 
     def insert(self, token_ids: Sequence[int], pages: Sequence[int]) -> int:
         """Enter ``token_ids`` (a whole number of pages) with their ``pages``; return how many
@@ -153,22 +159,10 @@ class RadixCache:
             raise ValueError(f"insert: token_ids must be whole pages of {self.page_size} tokens with one "
                              f"page each; got {len(token_ids)} tokens and {len(pages)} pages")
         key = tuple(token_ids)
-        now = self._tick()
-        node, done = self.root, 0
-        node.last_access = now
-        while done < len(key):
-            child = node.children.get(self._child_key(key[done:]))
-            if child is None:
-                break
-            child.last_access = now
-            n = self._common(child.key, key[done:])
-            if n < len(child.key):
-                child = self._split(child, n)
-            done += n
-            node = child
+        node, done, _ = self._descend(key)
         if done < len(key):
             leaf = RadixNode(key[done:], list(pages[done // self.page_size:]), node)
-            leaf.last_access = now
+            leaf.last_access = node.last_access          # this call's tick, as the path
             node.children[self._child_key(leaf.key)] = leaf
         return done
 
