@@ -28,19 +28,19 @@ def as_int(value) -> int | None:
 def nonnegative_int(name: str, value, what: str = "") -> int:
     """``value`` as an ``int`` if it is an integer >= 0 (not a ``bool``); else a ``ValueError`` that
     names the argument, like :func:`positive_int`."""
-    number = as_int(value)
-    if number is None or number < 0:
-        unit = f" number of {what}" if what else ""
-        raise ValueError(f"{name} must be a non-negative integer{unit}; got {value!r}")
-    return number
+    return _int_at_least(0, "non-negative", name, value, what)
 
 
 def positive_int(name: str, value, what: str = "") -> int:
     """``value`` as an ``int`` if it is an integer >= 1 (not a ``bool``); else a ``ValueError`` that
     names the argument: ``"num_blocks must be a positive integer; got 0"``. ``what`` adds the unit
     (``"slots"``) to the message."""
+    return _int_at_least(1, "positive", name, value, what)
+
+
+def _int_at_least(low: int, kind: str, name: str, value, what: str) -> int:
     number = as_int(value)
-    if number is None or number < 1:
+    if number is None or number < low:
         unit = f" number of {what}" if what else ""
-        raise ValueError(f"{name} must be a positive integer{unit}; got {value!r}")
+        raise ValueError(f"{name} must be a {kind} integer{unit}; got {value!r}")
     return number
