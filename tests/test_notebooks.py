@@ -205,3 +205,15 @@ def test_scientific_output_check_can_fail():
                                      text="differ by up to 8.9e-08; below 1e-6; 3.2e-05 s; #6e7781\n")
     nb.cells = [nbformat.v4.new_code_cell("BOUND = 1e-6", outputs=[printed])]
     assert _unsanitized_scientific(nb, "x.ipynb") == ["differ by up to 8.9e-08"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_help_cell_is_the_uncomment_for_help_form(path):
+    """A cell of commented ``.hint()`` / ``.solution()`` calls opens with "# Uncomment for help":
+    the site drops that cell and builds the exercise's box from it (book/_ext/exercise_boxes.py);
+    in another form the cell stays on the page and the exercise gets no box."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        lines = [line for line in cell.source.splitlines() if line.strip()]
+        if (cell.cell_type == "code" and lines and all(line.lstrip().startswith("#") for line in lines)
+                and re.search(r"#\s*\w+\.\w+\.(hint|solution)\(", cell.source)):
+            assert lines[0].startswith("# Uncomment for help"), cell.source
