@@ -70,6 +70,22 @@ def test_plot_waste_vs_block_size():
     assert [t.get_text() for t in ax.texts] == ["79", "78", "61"]
 
 
+def test_plot_waste_vs_block_size_page_sizes_stay_readable():
+    """Chapter 4b's twelve page sizes, 1 to 2048: the x labels do not run into each other."""
+    sizes = [2 ** k for k in range(12)]
+    fig = plots.plot_waste_vs_block_size(SEED, sizes, max_len=2048, pool_slots=40_960)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    shown = sorted((t for t in ax.get_xticklabels() if t.get_text()),
+                   key=lambda t: t.get_window_extent(renderer).x0)
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    space = 0.5 * shown[0].get_fontsize() * fig.dpi / 72          # half an em between two labels
+    gaps = [b.x0 - a.x1 for a, b in zip(boxes, boxes[1:])]
+    assert min(gaps) >= space, list(zip([t.get_text() for t in shown[1:]], gaps))
+    assert "16" in [t.get_text() for t in shown] and len(ax.get_xticks()) == 12   # every size ticked
+
+
 def test_plot_block_tables_highlights_shared_blocks():
     bm = pagedlib.BlockManager(8, 4, enable_prefix_caching=True)
     bm.allocate("a", range(6))

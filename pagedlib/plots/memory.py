@@ -15,7 +15,7 @@ from matplotlib.ticker import FuncFormatter
 from ..memory.allocators import ContiguousAllocator
 from ..memory.block_manager import BlockManager
 from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
-from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, wrap
+from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, log2_ticks, wrap
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_block_size", "plot_block_tables",
            "plot_kv_memory", "plot_tp_vs_dp_attention", "plot_snapshot_distribution"]
@@ -152,7 +152,7 @@ def plot_waste_vs_block_size(lengths: Sequence[int],
         ax.axhline(100 * reserve_max_plan(lengths, max_len).waste, ls="--", color=COLORS["padding"],
                    label=f"reserve-max (max_len {max_len:,})")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(list(block_sizes), [str(p) for p in block_sizes])
+    log2_ticks(ax, block_sizes)
     ax.tick_params(axis="x", labelsize=10)
     ax.set_ylim(0, 100 if max_len else max(waste) * 1.25 + 1)
     ax.set_xlabel("page size (tokens)")

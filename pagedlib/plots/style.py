@@ -60,6 +60,15 @@ def wrap(text: str, width_in: float = FIGURE_WIDTH, fontsize: float = 12) -> str
     return "\n".join(textwrap.wrap(" ".join(text.split()), chars))
 
 
+def log2_ticks(ax, sizes, most: int = 7) -> None:
+    """A tick at each of ``sizes`` on ``ax``'s log2 x axis, labelled at no more than ``most`` of them
+    (every other one, every third...), from the first: twelve page sizes from 1 to 2048 written side
+    by side run into each other ("10242048") in a course figure."""
+    sizes = list(sizes)
+    step = -(-len(sizes) // most)
+    ax.set_xticks(sizes, [str(p) if i % step == 0 else "" for i, p in enumerate(sizes)])
+
+
 def fit(fig):
     """Wrap ``fig``'s titles, axis labels and suptitle to the figure's width; returns ``fig``.
 
@@ -130,4 +139,5 @@ def use_course_style() -> None:
 
 
 __all__ = ["COLORS", "PADDING_HATCH", "DISPLAY_DPI", "PIXEL_RATIO", "SMALLEST_FONT", "PHONE_WIDTH",
-           "PHONE_TEXT_PX", "FIGURE_WIDTH", "RC_PARAMS", "phone_text_px", "use_course_style", "wrap", "fit"]
+           "PHONE_TEXT_PX", "FIGURE_WIDTH", "RC_PARAMS", "phone_text_px", "use_course_style", "wrap", "fit",
+           "log2_ticks"]
