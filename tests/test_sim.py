@@ -260,6 +260,38 @@ def test_the_simulation_grows_linearly_with_the_requests(at_2_per_second):
 # --- figures --------------------------------------------------------------------------------------
 
 
+def test_figure12_knees_close_together_write_no_text_over_text():
+    """Chapter 11's knees (0.50, 0.56 and 0.81 req/s) are close: their numbers, written beside the
+    dotted lines, fell over each other. Every text of the figure stands clear of every other."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+    from pagedlib import plots
+
+    rates = np.round(np.arange(0.25, 3.01, 0.25), 2)
+    curves = {p: np.where(rates <= k, 0.04, 0.04 + (rates - k)) for p, k in
+              (("max", 0.5), ("pow2", 0.56), ("oracle", 0.81), ("paged", 1.74))}
+    knees = {"max": 0.50, "pow2": 0.56, "oracle": 0.81, "paged": 1.74}
+    fig = plots.paper_figure12(rates, curves, knees)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    shown_ticks = ([t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]
+                   + [t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1])
+    ticks = set(ax.get_xticklabels() + ax.get_yticklabels())      # those outside the view are not drawn
+    texts = [t for t in fig.findobj(Text) if t not in ticks] + shown_ticks
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts
+             if t.get_visible() and t.get_text().strip()]
+    clashes = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:]
+               if box.overlaps(other)]
+    assert clashes == []
+    labels = [t.get_text() for t in (fig.legends[0].get_texts() if fig.legends else [])]
+    assert any("0.56" in label for label in labels), labels      # each knee's rate is still given
+    plt.close(fig)
+
+
 def test_figures_have_titles_labels_and_legends():
     import matplotlib
     matplotlib.use("Agg")

@@ -133,19 +133,20 @@ def paper_figure12(rates, curves: dict[str, np.ndarray], knees: dict[str, float]
                    ylim: float = 1.0):
     """The paper's Figure 12 shape: normalised latency (s/token) against request rate, one line per
     policy (``curves`` maps policy -> latency at each of ``rates``), with each policy's sustainable
-    rate (``knees``) marked by a dotted line."""
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 4.8), layout="constrained")
+    rate (``knees``) marked by a dotted line and given in the legend (knees close together would
+    write their numbers over each other beside the lines)."""
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 5.4), layout="constrained")
     for policy, latency in curves.items():
         colour, marker = _POLICY_STYLE[policy]
-        ax.plot(rates, np.minimum(latency, ylim * 1.2), marker=marker, color=colour,
-                label=POLICY_LABELS[policy])
+        label = POLICY_LABELS[policy]
         if knees and policy in knees:
             ax.axvline(knees[policy], color=colour, linestyle=":", linewidth=1.5)
-            ax.text(knees[policy], ylim * 0.02, f" {knees[policy]:.2f} ", color=colour, fontsize=10,
-                    va="bottom", ha="right", rotation=90)
+            label += f": knee {knees[policy]:.2f}/s"
+        ax.plot(rates, np.minimum(latency, ylim * 1.2), marker=marker, color=colour, label=label)
     ax.set_ylim(0, ylim)
     ax.set_xlabel("request rate (requests/s, Poisson arrivals)")
     ax.set_ylabel("normalised latency (s/token)")
-    ax.set_title("Latency against load (OPT-13B, ShareGPT, simulated):\nthe knee is where the queue grows without bound")
-    ax.legend(loc="upper left", fontsize=10)
+    ax.set_title("Latency against load: OPT-13B, ShareGPT, simulated"
+                 + ("\n(dotted: each policy's knee)" if knees else ""))
+    fig.legend(loc="outside lower center", ncol=2, fontsize=10)
     return fit(fig)
