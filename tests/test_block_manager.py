@@ -74,6 +74,28 @@ def test_out_of_blocks_on_allocate_changes_nothing():
     assert state(bm) == before and "b" not in bm
 
 
+def test_try_allocate_answers_none_where_allocate_raises():
+    """The scheduler's admission asks try_allocate: None and no change when the blocks are not
+    free (vLLM's allocate_slots answers a waiting request so), the same result as allocate when
+    they are; allocate's message counts the blocks with the cache hits and the first chunk."""
+    bm = BlockManager(4, 4, enable_prefix_caching=True)
+    assert bm.allocate("a", range(9)) == 0                    # 3 blocks, 2 of them cached
+    before = state(bm)
+    assert bm.try_allocate("b", list(range(8)) + [50, 51, 52, 53, 54]) is None   # 2 hits + 2 new
+    assert state(bm) == before and "b" not in bm
+    with pytest.raises(OutOfBlocks, match="13 tokens need 2 free blocks but only 1") as err:
+        bm.allocate("b", list(range(8)) + [50, 51, 52, 53, 54])
+    assert (err.value.needed, err.value.free) == (2, 1) and state(bm) == before
+    # the first chunk fits although the whole prompt does not, unless the whole must fit
+    prompt = list(range(8)) + [50, 51, 52, 53, 54]
+    assert bm.try_allocate("b", prompt, commit=False, num_new_tokens=4,
+                           full_sequence_must_fit=True) is None and state(bm) == before
+    with pytest.raises(OutOfBlocks, match="all 13 tokens"):
+        bm.allocate("b", prompt, commit=False, num_new_tokens=4, full_sequence_must_fit=True)
+    assert bm.try_allocate("b", prompt, commit=False, num_new_tokens=4) == 8
+    assert bm.block_table("b")[:2] == bm.block_table("a")[:2] and bm.num_free_blocks == 0
+
+
 def test_out_of_blocks_on_append_and_copy_on_write_changes_nothing():
     bm = BlockManager(2, 2)
     bm.allocate("a", [1, 2, 3])

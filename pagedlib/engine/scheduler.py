@@ -62,7 +62,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-from ..memory.block_manager import BlockManager, OutOfBlocks
+from ..memory.block_manager import BlockManager
 from ..validation import cdiv, nonnegative_int, positive_int
 
 __all__ = ["Scheduler", "SeqState", "ScheduledStep", "Status", "SCHEDULING_ORDERS", "ADMISSION_POLICIES"]
@@ -342,10 +342,9 @@ class Scheduler:
             if self.num_seats + seq.num_samples > self.max_num_seqs or not self.can_admit(seq):
                 break
             cap = self._cap(len(seq), budget)
-            try:
-                cached = bm.allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap, cache_salt=seq.cache_salt,
+            cached = bm.try_allocate(seq.seq_id, seq, commit=False, num_new_tokens=cap, cache_salt=seq.cache_salt,
                                      full_sequence_must_fit=self.scheduler_reserve_full_isl)
-            except OutOfBlocks:
+            if cached is None:
                 break
             self.waiting.popleft()
             seq.status = Status.RUNNING

@@ -231,6 +231,8 @@ class BlockManager:
                  num_new_tokens: int | None = None, cache_salt: Hashable = None,
                  full_sequence_must_fit: bool = False) -> int:
         """Give a new sequence the blocks for its prompt; return how many leading tokens are cached.
+        :class:`OutOfBlocks` (nothing changed) when the blocks are not free: :meth:`try_allocate`
+        answers ``None`` instead, as a scheduler wants.
 
         The return value is a multiple of ``block_size`` and at most ``len(token_ids) - 1`` (always 0
         without prefix caching): the caller computes and writes the K/V of ``token_ids[n_cached:]``
@@ -244,6 +246,25 @@ class BlockManager:
         ``commit=False`` and calls :meth:`commit` as each chunk is scheduled. ``cache_salt``:
         sequences share cached blocks only with sequences of the same salt.
         """
+        n_cached = self.try_allocate(seq_id, token_ids, commit, num_new_tokens=num_new_tokens,
+                                     cache_salt=cache_salt, full_sequence_must_fit=full_sequence_must_fit)
+        if n_cached is None:                        # refused: work out by how much, for the message
+            n = len(token_ids)
+            _, hits = self._match_prefix(token_ids, cache_salt)
+            slots = n if num_new_tokens is None else min(n, len(hits) * self.block_size + max(0, num_new_tokens))
+            needed = self._blocks_needed(cdiv(n if full_sequence_must_fit else slots, self.block_size), hits)
+            what = f"all {n} tokens (full_sequence_must_fit)" if full_sequence_must_fit else f"{slots} tokens"
+            raise OutOfBlocks(
+                f"allocate({seq_id!r}): {what} need {needed} free blocks but only "
+                f"{self.num_free_blocks} of {self.num_usable_blocks} are free; free or preempt a sequence, "
+                "or make num_blocks larger", needed, self.num_free_blocks)
+        return n_cached
+
+    def try_allocate(self, seq_id: Hashable, token_ids: Sequence[int], commit: bool = True, *,
+                     num_new_tokens: int | None = None, cache_salt: Hashable = None,
+                     full_sequence_must_fit: bool = False) -> int | None:
+        """:meth:`allocate`, or ``None`` and nothing changed when the blocks are not free now (vLLM's
+        ``allocate_slots`` answers a waiting request the same way: the scheduler stops admitting)."""
         if seq_id in self._seqs:
             raise ValueError(f"allocate({seq_id!r}): this sequence already has blocks; free it first "
                              "or use a new seq_id")
@@ -256,11 +277,7 @@ class BlockManager:
         n_blocks = cdiv(slots, self.block_size)
         needed = self._blocks_needed(cdiv(n if full_sequence_must_fit else slots, self.block_size), hits)
         if needed > self.num_free_blocks:
-            what = f"all {n} tokens (full_sequence_must_fit)" if full_sequence_must_fit else f"{slots} tokens"
-            raise OutOfBlocks(
-                f"allocate({seq_id!r}): {what} need {needed} free blocks but only "
-                f"{self.num_free_blocks} of {self.num_usable_blocks} are free; free or preempt a sequence, "
-                "or make num_blocks larger", needed, self.num_free_blocks)
+            return None
         for b in hits:
             self._claim(b)
         table = [b.block_id for b in hits] + self._take(n_blocks - len(hits))
