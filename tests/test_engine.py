@@ -283,13 +283,13 @@ def test_num_blocks_means_the_pool_null_block_included_and_the_engine_asks_for_u
     assert llm.num_usable_blocks == llm.block_manager.num_usable_blocks == 8
     assert llm.block_manager.num_blocks == llm.kv_cache.num_blocks == 9
     assert llm.metrics["num_usable_blocks"] == 8
-    with pytest.warns(PendingDeprecationWarning, match="num_usable_blocks"):
+    with pytest.warns(DeprecationWarning, match="num_usable_blocks"):
         assert llm.metrics["num_blocks"] == 8                               # the old key still reads it
     for cls in (LLM, ReserveMaxLLM):
-        with pytest.warns(PendingDeprecationWarning, match="num_usable_blocks"):
+        with pytest.warns(DeprecationWarning, match="num_usable_blocks"):
             old = cls(GPT2.from_hf(tiny_hf()), num_blocks=8, block_size=4)   # the old name still works
         assert old.num_usable_blocks == 8 and old.block_manager.num_blocks == 9
-        with pytest.warns(PendingDeprecationWarning, match="num_usable_blocks"):
+        with pytest.warns(DeprecationWarning, match="num_usable_blocks"):
             assert old.num_blocks == 8
 
 

@@ -102,11 +102,11 @@ _OLD_NAME = ("an engine's num_blocks is now num_usable_blocks, the blocks reques
 
 def usable_blocks(num_usable_blocks: int | None, num_blocks: int | None) -> int:
     """An engine's ``num_usable_blocks``, given under that name or its old one, ``num_blocks``
-    (accepted, with a ``PendingDeprecationWarning``); checked."""
+    (accepted, with a ``DeprecationWarning``); checked."""
     if num_blocks is not None:
         if num_usable_blocks is not None:
             raise TypeError("give num_usable_blocks only (num_blocks is its old name)")
-        warnings.warn(_OLD_NAME, PendingDeprecationWarning, stacklevel=3)
+        warnings.warn(_OLD_NAME, DeprecationWarning, stacklevel=3)
         num_usable_blocks = num_blocks
     if num_usable_blocks is None:
         raise TypeError("the engine needs num_usable_blocks: how many blocks of block_size tokens requests "
@@ -195,7 +195,7 @@ class LLM:
     def num_blocks(self) -> int:
         """The old name of :attr:`num_usable_blocks` (``num_blocks`` is the pool's size, null block
         included: ``block_manager.num_blocks``)."""
-        warnings.warn(_OLD_NAME, PendingDeprecationWarning, stacklevel=2)
+        warnings.warn(_OLD_NAME, DeprecationWarning, stacklevel=2)
         return self.num_usable_blocks
 
     def make_scheduler(self) -> Scheduler:

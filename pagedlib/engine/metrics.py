@@ -39,7 +39,7 @@ class _ByKey:
 
     def __getitem__(self, key: str):
         if key in self._OLD_KEYS:
-            warnings.warn(f"metrics[{key!r}] is now metrics[{self._OLD_KEYS[key]!r}]", PendingDeprecationWarning,
+            warnings.warn(f"metrics[{key!r}] is now metrics[{self._OLD_KEYS[key]!r}]", DeprecationWarning,
                           stacklevel=2)
             key = self._OLD_KEYS[key]
         if key not in self:
