@@ -89,9 +89,10 @@ def load(name):                                 # the kernel files alone, not pa
     mod = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mod
     spec.loader.exec_module(mod); return mod
 TYPES = {"block_tables": "*i32", "seq_lens": "*i32", "query_start_loc": "*i32", "slot_mapping": "*i64",
-         "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "num_splits": "i32"}
-META = dict(GROUP=4, GROUP_PAD=16, TILE_M=32, BLOCK_SIZE=16, TILE=64, HEAD_DIM=80, HEAD_DIM_PAD=128,
-            DOT_PRECISION="tf32", SPLITS_PAD=8, NUM_KV_HEADS=3, HEADS_PAD=4)
+         "partial_out": "*fp32", "partial_lse": "*fp32", "scale": "fp32", "qk_scale": "fp32",
+         "num_splits": "i32", "num_seqs": "i32"}
+META = dict(GROUP=4, GROUP_PAD=16, TILE_M=32, TILE_Q=8, SPLIT_Q=8, BLOCK_SIZE=16, TILE=64, HEAD_DIM=80,
+            HEAD_DIM_PAD=128, DOT_PRECISION="tf32", SPLITS_PAD=8, NUM_KV_HEADS=3, HEADS_PAD=4)
 def source(fn, dtype):
     consts = {p.name: META[p.name] for p in fn.params if p.is_constexpr}
     sig = {p.name: "constexpr" if p.is_constexpr else
@@ -100,6 +101,7 @@ def source(fn, dtype):
 failed = 0
 for module, name in [("decode", "decode_kernel"), ("split_k", "split_kernel"),
                      ("split_k", "merge_kernel"), ("prefill", "prefill_kernel"),
+                     ("varlen", "varlen_kernel"), ("varlen", "varlen_merge_kernel"),
                      ("write_kv", "write_kv_kernel")]:
     try:
         compiled = triton.compile(source(getattr(load(module), name), "*fp16"),

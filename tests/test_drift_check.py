@@ -215,3 +215,31 @@ def test_make_drift_installs_nox_from_pypi_and_ci_runs_one_cell_in_a_fresh_venv(
                            check=True).stdout.splitlines()
     assert re.fullmatch(r'\S+ -m pip install --quiet "nox==[\d.]+"', shown[0])
     assert shown[1].endswith('-m nox -f noxfile.py --reuse-venv=no -s "drift(3.2.0/2.3.5)" drift_table')
+
+
+def test_the_aot_harness_compiles_every_kernel_with_every_constexpr():
+    """The drift cell compiles each kernel file alone for sm_75/80/90 with one META of constexprs:
+    a kernel that is not in its list goes untested on older Triton, and a constexpr missing from
+    META fails every cell there (a KeyError, as TILE_Q did when the prefill tile was packed). Read
+    from the harness's text, against the kernels' own signatures."""
+    import inspect
+
+    from triton.runtime.jit import KernelInterface
+
+    from pagedlib.attention import kernels
+
+    script = drift_check.AOT_SCRIPT
+    listed = set(re.findall(r'\("(\w+)", "(\w+_kernel)"\)', script))
+    meta = eval(re.search(r"META = (dict\(.*?\))\n", script, re.S).group(1))   # noqa: S307 (our text)
+    found = set()
+    for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
+        module = importlib.import_module(f"pagedlib.attention.kernels.{path.stem}")
+        for name, fn in vars(module).items():
+            if isinstance(fn, KernelInterface) and name.endswith("_kernel") \
+                    and fn.fn.__module__ == module.__name__:     # jitted (or interpreted) here
+                found.add((path.stem, name))
+                params = inspect.signature(fn.fn).parameters.values()
+                missing = [p.name for p in params if "constexpr" in str(p.annotation)
+                           and p.default is inspect.Parameter.empty and p.name not in meta]
+                assert not missing, f"{name}'s constexprs {missing} are not in the harness's META"
+    assert found and found <= listed, f"kernels the drift harness does not compile: {sorted(found - listed)}"
