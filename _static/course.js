@@ -119,8 +119,8 @@
  *   longest line is wider than its box gets a smaller font, just enough for it to fit, down to
  *   OUTPUT_MIN_PX (at which 60 characters fit a 400 px screen); never wrapped, never cut.
  * - A table wider than its box scrolls inside it, with its first column kept in place
- *   (course.css, .course-scrolls): what a row is stays on the screen, and the shadow at its edge
- *   says that the rest scrolls.
+ *   (course.css, .course-scrolls): what a row is stays on the screen, the shadow at its edge and
+ *   a fade at the box's right edge (until it is scrolled to the end) say that the rest scrolls.
  * - A table inside a ``{container} course-stack`` (the Try-it page's arithmetic) is stacked on a
  *   phone: each cell is labelled with its column's heading (data-label, shown by course.css).
  * Redone when the window changes size and when a collapsed output is opened.
@@ -149,7 +149,17 @@
              ["auto", "scroll"].indexOf(getComputedStyle(box).overflowX) < 0) box = box.parentElement;
       if (!box || box.classList.contains("bd-article")) return;
       box.classList.toggle("course-scrolls", box.clientWidth > 0 && box.scrollWidth > box.clientWidth + 1);
+      markEnd(box);
+      if (!box.dataset.courseScrollWatch) {
+        box.dataset.courseScrollWatch = "1";
+        box.addEventListener("scroll", function () { markEnd(box); }, {passive: true});
+      }
     });
+  }
+
+  // Scrolled to its right end: the fade at the box's right edge (course.css) goes.
+  function markEnd(box) {
+    box.classList.toggle("course-scrolled-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
   }
 
   function labelStacked() {

@@ -75,8 +75,12 @@ PHONE_FACTS = r"""(() => {
         const keep = box.scrollLeft; box.scrollLeft = 40;
         const moved = box.scrollLeft > 0 && firsts.some((c, i) => Math.abs(c.getBoundingClientRect().left - before[i]) > 1);
         box.scrollLeft = keep;
-        if (moved) tables.push(`${label}: ${Math.round(box.scrollWidth)} px in a ${box.clientWidth} px box ` +
-                               `with no scroll cue (its first column scrolls away)`);
+        // ... and, before any scrolling, its box fades out at the right edge (course.js, course.css)
+        const cs = getComputedStyle(box), fade = cs.maskImage || cs.webkitMaskImage || 'none';
+        const missing = [moved && 'its first column scrolls away',
+                         !fade.includes('gradient') && 'no fade at its right edge'].filter(Boolean);
+        if (missing.length) tables.push(`${label}: ${Math.round(box.scrollWidth)} px in a ${box.clientWidth} ` +
+                                        `px box with no scroll cue (${missing.join('; ')})`);
     }
     const images = [...document.querySelectorAll('.bd-article img')].filter(visible)
         .filter(i => i.naturalWidth > 0 && !i.closest('.animation'))
@@ -182,6 +186,31 @@ def test_the_page_fits_a_phone(browser, site, page):
     problems = phone_problems(facts, page_file)
     assert console_problems(browser) == []
     assert not problems, f"{len(problems)} problem(s) on {page} at {PHONE} px:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_wide_table_says_it_scrolls_on_a_desktop_too(browser, site, page):
+    """At 1400 px a table wider than the column (chapter 12's page-size sweep) keeps the same cues:
+    its first column stays put and its box fades out at the right edge."""
+    browser.viewport(1400, 900, mobile=False)
+    browser.open((site / f"{page}.html").as_uri())
+    time.sleep(0.2)
+    tables = browser.js(PHONE_FACTS)["tables"]
+    assert not tables, f"{len(tables)} table(s) on {page} at 1400 px:\n" + "\n".join(tables)
+
+
+def test_the_fade_goes_when_a_table_is_scrolled_to_its_end(browser, site):
+    browser.viewport(PHONE, 900, mobile=True)
+    browser.open((site / "notebooks" / "12_capacity_at_scale.html").as_uri())
+    time.sleep(0.2)
+    fade = "(b => { const cs = getComputedStyle(b); return (cs.maskImage || cs.webkitMaskImage || 'none'); })"
+    assert "gradient" in browser.js(f"{fade}(document.querySelector('.course-scrolls'))")
+    browser.js("(() => { const b = document.querySelector('.course-scrolls'); b.scrollLeft = b.scrollWidth; })()")
+    time.sleep(0.3)                                   # the scroll event is delivered on the next frame
+    assert browser.js(f"{fade}(document.querySelector('.course-scrolls'))") == "none"
+    browser.js("(() => { const b = document.querySelector('.course-scrolls'); b.scrollLeft = 0; })()")
+    time.sleep(0.3)
+    assert "gradient" in browser.js(f"{fade}(document.querySelector('.course-scrolls'))")
 
 
 # ---- the checks can fail -------------------------------------------------------------------------
