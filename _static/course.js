@@ -120,7 +120,8 @@
  *   OUTPUT_MIN_PX (at which 60 characters fit a 400 px screen); never wrapped, never cut.
  * - A table wider than its box scrolls inside it, with its first column kept in place
  *   (course.css, .course-scrolls): what a row is stays on the screen, the shadow at its edge and
- *   a fade at the box's right edge (until it is scrolled to the end) say that the rest scrolls.
+ *   a fade at the box's right edge (until it is scrolled to the end) say that the rest scrolls;
+ *   code cells and display equations wider than the column get the same fade.
  * - A table inside a ``{container} course-stack`` (the Try-it page's arithmetic) is stacked on a
  *   phone: each cell is labelled with its column's heading (data-label, shown by course.css).
  * Redone when the window changes size and when a collapsed output is opened.
@@ -148,13 +149,20 @@
       while (box && !box.classList.contains("bd-article") &&
              ["auto", "scroll"].indexOf(getComputedStyle(box).overflowX) < 0) box = box.parentElement;
       if (!box || box.classList.contains("bd-article")) return;
-      box.classList.toggle("course-scrolls", box.clientWidth > 0 && box.scrollWidth > box.clientWidth + 1);
-      markEnd(box);
-      if (!box.dataset.courseScrollWatch) {
-        box.dataset.courseScrollWatch = "1";
-        box.addEventListener("scroll", function () { markEnd(box); }, {passive: true});
-      }
+      markScrolls(box);
     });
+    // code cells and display equations scroll inside their own boxes: the same cue
+    (root || document).querySelectorAll(SCROLLERS).forEach(markScrolls);
+  }
+  var SCROLLERS = '.bd-article div.highlight pre, .bd-article mjx-container[display="true"]';
+
+  function markScrolls(box) {
+    box.classList.toggle("course-scrolls", box.clientWidth > 0 && box.scrollWidth > box.clientWidth + 1);
+    markEnd(box);
+    if (!box.dataset.courseScrollWatch) {
+      box.dataset.courseScrollWatch = "1";
+      box.addEventListener("scroll", function () { markEnd(box); }, {passive: true});
+    }
   }
 
   // Scrolled to its right end: the fade at the box's right edge (course.css) goes.
@@ -188,6 +196,11 @@
     document.addEventListener("toggle", function (event) {
       if (event.target.open) layout(event.target);
     }, true);
+    // display equations get their width when MathJax has typeset them, after this runs
+    window.addEventListener("load", function () {
+      var mj = window.MathJax;
+      if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(function () { layout(); });
+    });
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", start);

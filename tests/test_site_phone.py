@@ -48,6 +48,13 @@ def browser():
         yield b
 
 
+# MathJax typesets after the load event: wait for it (a page without equations has no MathJax)
+MATH_TYPESET = """new Promise(done => { const start = Date.now(); const wait = () => {
+    const mj = window.MathJax;
+    if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(() => done(0));
+    else if (!document.querySelector('.math') || Date.now() - start > 10000) done(0);
+    else setTimeout(wait, 50); }; wait(); })"""
+
 # What the page shows at 400 px; each list holds one line per problem.
 PHONE_FACTS = r"""(() => {
     const visible = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
@@ -110,7 +117,10 @@ PHONE_FACTS = r"""(() => {
         for (const c of t.querySelectorAll('td, th')) if (visible(c) && c.getBoundingClientRect().right > vw + 1)
             tryit.push(`cell "${c.textContent.trim().slice(0, 30)}" ends at ${Math.round(c.getBoundingClientRect().right)} px`);
     }
-    return {outputs, tables, images, steppers, tryit, scrollWidth: document.documentElement.scrollWidth};
+    const math = [...document.querySelectorAll('.bd-article mjx-container[display="true"]')].filter(visible)
+        .filter(m => m.scrollWidth > m.clientWidth + 1)
+        .map(m => `equation ${where(m)} ${m.scrollWidth} px in a ${m.clientWidth} px box (break it into lines)`);
+    return {outputs, tables, images, steppers, tryit, math, scrollWidth: document.documentElement.scrollWidth};
 })()"""
 
 
@@ -166,7 +176,7 @@ def figure_problems(images: list[dict], page_file: Path) -> list[str]:
 
 def phone_problems(facts: dict, page_file: Path) -> list[str]:
     return (facts["outputs"] + facts["tables"] + figure_problems(facts["images"], page_file)
-            + facts["steppers"] + facts["tryit"]
+            + facts["steppers"] + facts["tryit"] + facts["math"]
             + ([f"the page is {facts['scrollWidth']} px wide"] if facts["scrollWidth"] > PHONE else []))
 
 
@@ -177,6 +187,7 @@ def test_the_page_fits_a_phone(browser, site, page):
     browser.open(page_file.as_uri())
     browser.js("""new Promise(done => { const imgs = [...document.images];
         const wait = () => imgs.every(i => i.complete) ? done(0) : setTimeout(wait, 50); wait(); })""")
+    browser.js(MATH_TYPESET)
     time.sleep(0.2)
     # open every collapsed output, hint and solution: what a reader can open must fit too
     browser.js("document.querySelectorAll('.bd-article details').forEach(d => d.open = true)")
