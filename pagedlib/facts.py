@@ -138,7 +138,7 @@ FACTS: tuple[Fact, ...] = (
          "vLLM v1 hands out blocks from its `BlockPool`'s free queue, SGLang's token pool hands out slots "
          "one token at a time by default, and TensorRT-LLM keeps one block pool per attention window size.",
          VLLM + "vllm/v1/core/block_pool.py", "vllm/v1/core/block_pool.py", _OLD),
-    Fact("vattention", "vAttention", "arXiv:2405.04437 (2024)",
+    Fact("vattention", "vAttention", "the paper (2024)",
          "Where contiguity is wanted, it comes from virtual memory instead of copies: vAttention reserves "
          "each request's range of virtual addresses and maps physical pages into it on demand with CUDA's "
          "`cuMemMap`, so the attention kernel needs no page table.",
@@ -158,10 +158,10 @@ FACTS: tuple[Fact, ...] = (
          "MLA backends use 64, as FlashMLA requires.",
          SGLANG_ARGS, "python/sglang/srt/server_args.py", _NOW,
          contradicted_by=(r"Blackwell `trtllm_mha`", r"its Blackwell and MLA")),
-    Fact("trtllm_tokens_per_block", "TensorRT-LLM", "1.3 and 1.4 (`KvCacheConfig`)",
+    Fact("trtllm_tokens_per_block", "TensorRT-LLM", "1.3 and 1.4",
          "TensorRT-LLM's `tokens_per_block` is 32 by default (a power of two).",
          TRTLLM_KVCONFIG, "KvCacheConfig", _NOW),
-    Fact("fa3_paged_tma", "FlashAttention 3", "hopper/flash_api.cpp, main",
+    Fact("fa3_paged_tma", "FlashAttention 3", "main",
          "FlashAttention 3 on Hopper copies a paged cache with the TMA engine only when the page size is "
          "a multiple of its key tile (`page_size % kBlockN == 0`, with `kBlockN` 128 or 176 at head_dim "
          "128) and the query rows of a tile exceed `kBlockM` (`seqlen_q` x the GQA group), so decode "
@@ -289,7 +289,7 @@ FACTS: tuple[Fact, ...] = (
          "reduces them by log-sum-exp, but only for decode-only batches of few sequences, and never in "
          "its batch-invariant mode; pagedlib splits the decode rows of mixed steps too.",
          VLLM + "vllm/v1/attention/ops/triton_unified_attention.py", "triton_unified_attention.py", _OLD),
-    Fact("fa3_varlen", "FlashAttention 3", "hopper/, main",
+    Fact("fa3_varlen", "FlashAttention 3", "main",
          "**FlashAttention 3** (Hopper) takes the whole batch as variable-length queries with a page table, "
          "packs a GQA group into the query tile (`pack_gqa`) and splits the keys (`num_splits`, by a "
          "heuristic on the SMs, dynamically per sequence for variable lengths), merging the splits in a "
@@ -335,7 +335,7 @@ FACTS: tuple[Fact, ...] = (
          "batch at every iteration, with a paged KV cache and chunked context (prefill); its default "
          "admission (`GUARANTEED_NO_EVICT`) reserves for each request's maximum output.",
          TRTLLM_FLAGS, "useful runtime options", _OLD),
-    Fact("sglang_new_token_ratio", "SGLang", "main (`environ.py`, `schedule_policy.py`)",
+    Fact("sglang_new_token_ratio", "SGLang", "main (with `environ.py`)",
          "**SGLang's admission** charges each running request `new_token_ratio` times the tokens it may "
          "still generate (at most 4,096 each, `SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`) and a newcomer "
          "its prompt minus its cached prefix plus `min(max_new_tokens, 4096)`; the ratio starts at 0.7 "
@@ -349,7 +349,7 @@ FACTS: tuple[Fact, ...] = (
          "jumps to (tokens the survivors generated + 20 each) / (their `max_new_tokens` + 1).",
          "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/schedule_batch.py",
          "schedule_batch.py", _TODAY),
-    Fact("trtllm_guaranteed_no_evict", "TensorRT-LLM", "main (`capacityScheduler.cpp`)",
+    Fact("trtllm_guaranteed_no_evict", "TensorRT-LLM", "main",
          "**TensorRT-LLM's `GUARANTEED_NO_EVICT`** capacity scheduler subtracts from the free blocks "
          "what every request in progress still needs to reach its `maxNewTokens`, and starts a new "
          "request only if all of its own blocks to completion fit in the rest.",
@@ -407,7 +407,7 @@ FACTS: tuple[Fact, ...] = (
          "loaded back instead of recomputed; LMCache plugs in the same way with more storage tiers.",
          "https://docs.vllm.ai/projects/ascend/en/latest/user_guide/feature_guide/kv_cache_cpu_offload/",
          "vLLM docs: KV cache CPU offload (OffloadingConnector)", _NOW),
-    Fact("sglang_router", "SGLang", "sglang-router 0.1.5 (PyPI)",
+    Fact("sglang_router", "SGLang", "0.1.5",
          "**SGLang**'s router (`sglang-router`, a Rust process in front of SGLang workers) picks a worker "
          "per request by a cache-aware, power-of-two, random or round-robin policy, and load-balances "
          "prefill/decode disaggregated deployments too.",
@@ -446,7 +446,7 @@ FACTS: tuple[Fact, ...] = (
          "architecture (FAST 2025); its Transfer Engine moves K/V over (GPUDirect) RDMA, and vLLM and "
          "SGLang use it for disaggregated prefill.",
          "https://github.com/kvcache-ai/Mooncake", "github.com/kvcache-ai/Mooncake", _NOW),
-    Fact("trtllm_memory_fraction", "TensorRT-LLM", "1.3 and 1.4 (`KvCacheConfig`)",
+    Fact("trtllm_memory_fraction", "TensorRT-LLM", "1.3 and 1.4",
          "TensorRT-LLM's paged cache takes a share of the memory left free after the weights "
          "(`free_gpu_memory_fraction`, 0.9 by default), one pool per attention window size.",
          TRTLLM_KVCONFIG, "KvCacheConfig", _NOW),
