@@ -185,7 +185,20 @@
 
   function layout(root) { fitOutputs(root); markWideTables(root); }
 
+  // Colab's badge comes from colab.research.google.com; where it cannot load (an offline copy of
+  // the site) the course's own stand-in takes its place, so no broken image heads a chapter.
+  function localBadges() {
+    var local = (document.documentElement.dataset.content_root || "") + "_static/colab-badge.svg";
+    document.querySelectorAll('img[src*="colab-badge.svg"]').forEach(function (img) {
+      if (img.src.indexOf("_static/colab-badge.svg") >= 0) return;
+      var swap = function () { img.src = local; };
+      if (img.complete && img.naturalWidth === 0) swap();
+      else img.addEventListener("error", swap, {once: true});
+    });
+  }
+
   function start() {
+    localBadges();
     labelStacked();
     layout();
     var timer = null;

@@ -275,3 +275,14 @@ def test_a_page_that_breaks_every_rule_is_reported_whole(browser, tmp_path):
     assert len(facts["tables"]) == 1 and "no scroll cue" in facts["tables"][0]
     assert any('column "acc" off the screen' in s for s in facts["steppers"])
     assert json.dumps(facts["tryit"]) == "[]"        # not the Try-it page
+
+
+def test_the_colab_badge_is_never_a_broken_image(browser, site):
+    """Offline (as here), Colab's badge cannot load: course.js puts the course's own in its place."""
+    browser.viewport(1400, 900, mobile=False)
+    browser.open((site / "notebooks" / "03_fragmentation.html").as_uri())
+    time.sleep(0.5)
+    badges = browser.js("""[...document.querySelectorAll('.bd-article img[alt="Open In Colab"]')]
+        .map(i => [i.getAttribute('src'), i.naturalWidth])""")
+    assert badges and all(width > 0 for _, width in badges), badges
+    assert all(src.endswith("_static/colab-badge.svg") for src, _ in badges)
