@@ -415,7 +415,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("vllm_stack_load_aware", "vLLM production stack", "latest docs",
          "The **vLLM production stack**'s load-aware router scores each engine by "
          "`matched_tokens / prompt_tokens - beta * relative_load` (the matched tokens come from its LMCache "
-         "controller) and sends the request to the best score: the same trade as this chapter's "
+         "controller) and sends the request to the best score: the same trade as chapter 13's "
          "prefix-aware router.",
          "https://docs.vllm.ai/projects/production-stack/en/latest/use_cases/loadaware-routing.html",
          "vLLM production stack: load aware routing", _NOW),

@@ -47,9 +47,9 @@ def test_the_page_quotes_the_computed_numbers():
     flight_h100 = costs.bytes_in_flight(h100["dram_gbs"])
     flight_t4 = costs.bytes_in_flight(t4["dram_gbs"])
     assert f"({h100['dram_gbs']:,.0f} GB/s) that is about {flight_h100 / 1e6:.1f} MB in flight, " \
-           f"{flight_h100 / h100['sms'] / 1024:.0f} KB per SM" in text
+           f"{flight_h100 / h100['sms'] / 1e3:.0f} KB per SM" in text    # decimal KB throughout
     assert f"({t4['dram_gbs']:,.0f} GB/s) about {flight_t4 / 1e3:.0f} KB, " \
-           f"{flight_t4 / t4['sms'] / 1024:.1f} KB per SM" in text
+           f"{flight_t4 / t4['sms'] / 1e3:.1f} KB per SM" in text
     sm = SM_LIMITS[90]
     assert f"{sm.registers:,} registers and room for {sm.max_warps} warps" in text
     n64, _ = costs.programs_per_sm(sm, 4, 64)
