@@ -27,3 +27,15 @@ def check_open_figures() -> None:
     bad = unreadable_figures()
     plt.close("all")
     assert not bad, f"text too small on a phone (under {PHONE_TEXT_PX} px):\n" + "\n".join(bad)
+
+
+def legends_over_axes(fig) -> list[str]:
+    """The legends of ``fig`` (its own and its axes') drawn over an axes' plotting area, each named by
+    its first entry: a legend there can hide a bar, a line or a tick label (one sat on chapter 4b's
+    "128 / 128" labels); under the figure (``pagedlib.plots.style.legend_below``) it hides nothing."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    return [leg.get_texts()[0].get_text() for leg in legends
+            if any(leg.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+                   for ax in fig.axes)]

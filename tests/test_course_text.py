@@ -3,6 +3,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -81,3 +82,16 @@ def test_the_collapsed_tangents_are_collapsed():
     ch05 = _cells("05_paged_attention.ipynb")
     legacy = next(c for c in ch05 if "vLLM's legacy paged kernel" in c.source)
     assert "<details>" in legacy.source
+
+
+def _toc_next(page: str) -> str:
+    """The page that _toc.yml puts after ``page`` (paths as the table of contents writes them)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    order = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    return order[order.index(page) + 1]
+
+
+def test_chapter_4b_sends_the_reader_to_the_page_the_table_of_contents_puts_next():
+    text = _markdown("04b_sizing.ipynb")
+    first_link = re.search(r"\*\*Next:\*\*\s*\[[^\]]*\]\(([^)]+)\)", text).group(1)
+    assert first_link.endswith(Path(_toc_next("notebooks/04b_sizing")).name + ".html")   # kernel-costs

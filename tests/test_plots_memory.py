@@ -10,6 +10,7 @@ from pagedlib import plots  # noqa: E402
 from pagedlib.memory.allocators import FirstFitAllocator, fragmenting_events  # noqa: E402
 from pagedlib.memory.capacity import GPUS  # noqa: E402
 from pagedlib.plots.style import COLORS  # noqa: E402
+from figures import legends_over_axes  # noqa: E402
 
 SEED = [512, 37, 1900, 128, 4]
 
@@ -44,7 +45,20 @@ def test_plot_rows_draws_kv_tail_and_padding():
 
 def test_plot_rows_into_existing_axes():
     fig, ax = plt.subplots()
-    assert plots.plot_rows(pagedlib.paged_plan(SEED, 64), ax=ax) is fig and ax.get_legend()
+    assert plots.plot_rows(pagedlib.paged_plan(SEED, 64), ax=ax) is fig and fig.legends
+
+
+def test_panels_of_rows_share_one_legend_under_them():
+    fig, axes = plt.subplots(3, 1, figsize=(5.2, 8.4), layout="constrained")   # chapter 4b's figure
+    for ax, page in zip(axes, [16, 64, 256]):
+        plots.plot_rows(pagedlib.paged_plan(SEED, page), width=2048, pool_slots=40_960, ax=ax)
+    assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "real K/V", "unused tail of the last page", "free (not allocated)"]
+    assert legends_over_axes(fig) == []
+    fig, ax = plt.subplots()                       # no layout of its own: given one for the legend
+    plots.plot_rows(pagedlib.paged_plan(SEED, 16), ax=ax)
+    assert legends_over_axes(fig) == []
 
 
 def test_plot_pool_timeline_marks_the_refusal():
@@ -157,6 +171,7 @@ def test_plot_snapshot_distribution_draws_every_sample_and_mark():
     fig = plots.plot_snapshot_distribution({"a": [0.1, 0.2, 0.2], "b": [0.5, 0.6]},
                                            marks={"five": 0.3}, xlabel="waste (%)", title="t", bins=5)
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "waste (%)" and ax.get_legend() and ax.get_title() == "t"
+    assert ax.get_xlabel() == "waste (%)" and fig.legends and ax.get_title() == "t"
+    assert legends_over_axes(fig) == []                                 # the legend covers no bar
     assert sum(p.get_height() for p in ax.patches) == 5                 # every snapshot counted once
     assert [line.get_xdata()[0] for line in ax.get_lines()] == [30.0]   # the mark, in percent

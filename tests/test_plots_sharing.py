@@ -8,6 +8,7 @@ from pagedlib.plots.style import FIGURE_WIDTH  # noqa: E402
 import pagedlib  # noqa: E402
 from pagedlib import plots  # noqa: E402
 from pagedlib.plots.style import COLORS  # noqa: E402
+from figures import legends_over_axes  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("close_figures")   # tests/conftest.py
@@ -117,6 +118,10 @@ def test_beam_tree_colours_the_lines_of_the_final_beams_and_greys_the_dead():
     assert len(edges) == 6 and colours.count(grey) == 2 and colours.count(blue) == 4
     assert len(fig.axes) == 2 and readable(fig)
     assert ["beam 0", "beam 1"] == [t for t in texts(fig) if t.startswith("beam ")]
+    assert len(fig.legends) == 1 and not top.get_legend()            # one legend, under both panels
+    assert [t.get_text() for t in fig.legends[0].get_texts()][:2] == [
+        "on the line of a final beam", "dropped (its blocks are freed)"]
+    assert legends_over_axes(fig) == []
 
 
 def test_beam_tree_refuses_parents_that_would_cross():

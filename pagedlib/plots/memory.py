@@ -1,7 +1,8 @@
 """Figures of the memory chapters (1-4, 6): KV sizes, reserve-max vs paged rows, fragmentation, block tables.
 
 Every function returns a matplotlib Figure; those that draw one panel accept ``ax=`` to draw into an
-existing axes (the widgets redraw that way).
+existing axes (the widgets redraw that way). Legends go under the figure (``style.legend_below``),
+one for the panels that share it, never over the data.
 """
 from __future__ import annotations
 
@@ -15,19 +16,10 @@ from matplotlib.ticker import FuncFormatter
 from ..memory.allocators import ContiguousAllocator
 from ..memory.block_manager import BlockManager
 from ..memory.capacity import GPUS, GiB, ModelSpec, Plan, model_spec, paged_plan
-from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, log2_ticks, wrap
+from .style import COLORS, FIGURE_WIDTH, PADDING_HATCH, legend_below, log2_ticks, wrap
 
 __all__ = ["plot_rows", "plot_pool_timeline", "plot_waste_vs_block_size", "plot_block_tables",
            "plot_kv_memory", "plot_tp_vs_dp_attention", "plot_snapshot_distribution"]
-
-
-def _legend_below(fig, ax, own_figure: bool, handles, fontsize=10):
-    """Legend under the plot on our own figure; inside the axes when drawing into someone else's."""
-    if own_figure:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 2),
-                   fontsize=fontsize, frameon=False)
-    else:
-        ax.legend(handles=handles, loc="lower right", fontsize=fontsize, framealpha=0.9)
 
 
 def _axes(ax, figsize):
@@ -44,7 +36,6 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
     allocation); a paged row's slots past its pages are drawn as free. With ``pool_slots`` the
     title also gives the capacity of a pool that size.
     """
-    own = ax is None
     fig, ax = _axes(ax, (FIGURE_WIDTH, 0.5 * plan.n_requests + 2.6))
     width = width or (plan.unit if plan.kind == "reserve-max" else max(r.allocated for r in plan.rows))
     for y, row in enumerate(plan.rows):
@@ -74,7 +65,7 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
     else:
         handles += [Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
                           label="reserved, not written (yet or ever)")]
-    _legend_below(fig, ax, own, handles)
+    legend_below(fig, handles)
     return fig
 
 
@@ -89,7 +80,6 @@ def plot_pool_timeline(allocator: ContiguousAllocator, *, ax=None):
     history = allocator.history
     if not history:
         raise ValueError("the allocator has no history yet; call replay(events) first")
-    own = ax is None
     fig, ax = _axes(ax, (FIGURE_WIDTH, 0.4 * len(history) + 2.8))
     pool = allocator.pool_slots
     for y, step in enumerate(history):
@@ -123,7 +113,7 @@ def plot_pool_timeline(allocator: ContiguousAllocator, *, ax=None):
                Patch(color=COLORS["free"], label="free hole"),
                Patch(color=COLORS["external"], label="hole too small for any waiting request"),
                plt.Line2D([], [], marker="x", color=COLORS["padding"], ls="", mew=2, label="refused arrival")]
-    _legend_below(fig, ax, own, handles, fontsize=10)
+    legend_below(fig, handles)
     return fig
 
 
@@ -176,7 +166,6 @@ def plot_block_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = Non
     tables = {s: bm.block_table(s) for s in seq_ids}
     max_logical = max((len(t) for t in tables.values()), default=1)
     height = max(n_blocks, 1.6 * len(seq_ids))
-    own = ax is None
     fig, ax = _axes(ax, (min(FIGURE_WIDTH, 0.45 * max_logical + 3.4), 0.3 * height + 2.4))
     pool_x = max_logical + 3
     pool_step = height / n_blocks
@@ -234,7 +223,7 @@ def plot_block_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = Non
     if bm.enable_prefix_caching:
         handles.append(Patch(facecolor=COLORS["free"], edgecolor=COLORS["other"], lw=1.8,
                              label="free, prefix still cached"))
-    _legend_below(fig, ax, own, handles)
+    legend_below(fig, handles)
     return fig
 
 
@@ -329,8 +318,7 @@ def plot_snapshot_distribution(samples: dict, *, marks: dict | None = None, xlab
         ax.axvline(value * scale, color="black", ls=style, lw=1.5, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("snapshots")
-    ax.set_ylim(0, 1.35 * ax.get_ylim()[1])          # room for the legend above the bars
     ax.set_title(wrap(title, fontsize=12), fontsize=12)
-    ax.legend(fontsize=10, loc="upper left", frameon=False)
+    legend_below(fig, ax.get_legend_handles_labels()[0])
     ax.grid(axis="y", alpha=0.3)
     return fig

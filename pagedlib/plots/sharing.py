@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
 from ..memory.block_manager import BlockManager, block_hash
-from .style import COLORS, PADDING_HATCH, FIGURE_WIDTH, fit
+from .style import COLORS, PADDING_HATCH, FIGURE_WIDTH, fit, legend_below
 from ..validation import cdiv
 
 __all__ = ["plot_page_mapping", "plot_padded_vs_csr", "plot_shared_tables", "plot_beam_tree", "plot_hash_chains",
@@ -206,11 +206,12 @@ def _draw_tables(ax, bm: BlockManager, seq_ids: Sequence[Hashable], x_scale: flo
                     fontsize=FONT)
 
 
-def _table_legend(fig) -> None:
-    fig.legend(handles=[Patch(color=COLORS["kv"], label="block held by one table"),
-                        Patch(color=COLORS["shared"], label="shared block (×ref count)"),
-                        Patch(facecolor="white", edgecolor="black", label="not yet written")],
-               loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+def _table_legend(fig, first: Sequence = ()) -> None:
+    """The block tables' legend under the figure, after ``first`` (another panel's entries)."""
+    legend_below(fig, [*first, Patch(color=COLORS["kv"], label="block held by one table"),
+                       Patch(color=COLORS["shared"], label="shared block (×ref count)"),
+                       Patch(facecolor="white", edgecolor="black", label="not yet written")],
+                 fontsize=FONT)
 
 
 def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = None, *,
@@ -292,11 +293,10 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
                   "and the final beams' blocks (bottom)", fontsize=FONT + 1)
     for side in ("left", "right", "top"):
         top.spines[side].set_visible(False)
-    top.legend(handles=[plt.Line2D([], [], color=COLORS["kv"], lw=2.2, marker="o",
-                                   label="on the line of a final beam"),
-                        plt.Line2D([], [], color=COLORS["external"], marker="o",
-                                   label="dropped (its blocks are freed)")],
-               loc="lower left", fontsize=FONT, frameon=False)
+    tree_handles = [plt.Line2D([], [], color=COLORS["kv"], lw=2.2, marker="o",
+                               label="on the line of a final beam"),
+                    plt.Line2D([], [], color=COLORS["external"], marker="o",
+                               label="dropped (its blocks are freed)")]
     _draw_tables(bottom, bm, beams, x_scale=bs, label_rows=False)
     for r in range(len(beams)):
         bottom.text(prompt_len + steps + 0.3, -r - 0.5, f"beam {r}", va="center", fontsize=FONT)
@@ -308,7 +308,7 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
     bottom.set_xlabel(f"token position (dotted lines: block boundaries every {bs} tokens; "
                       "box label: physical block)", fontsize=FONT)
     bottom.tick_params(labelsize=FONT)
-    _table_legend(fig)
+    _table_legend(fig, first=tree_handles)                # one legend under both panels, off the tree
     return fit(fig)
 
 

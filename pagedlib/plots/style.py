@@ -69,6 +69,28 @@ def log2_ticks(ax, sizes, most: int = 7) -> None:
     ax.set_xticks(sizes, [str(p) if i % step == 0 else "" for i, p in enumerate(sizes)])
 
 
+def legend_below(fig, handles, *, ncols: int = 2, fontsize: float = 10):
+    """One legend under ``fig``'s axes (``loc="outside lower center"``), where it covers no data;
+    returns it.
+
+    The figure is given a constrained layout if it has none (the layout makes room for the legend).
+    Called again on the same figure, as panels that share it are drawn, it keeps one legend: the
+    entries before, then the new ones whose labels it did not have.
+    """
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")
+    old = getattr(fig, "_course_legend", None)
+    if old is not None:
+        known = {h.get_label() for h in old[1]}
+        handles = old[1] + [h for h in handles if h.get_label() not in known]
+        old[0].remove()
+    handles = list(handles)
+    legend = fig.legend(handles=handles, loc="outside lower center", ncol=min(ncols, len(handles)),
+                        fontsize=fontsize, frameon=False)
+    fig._course_legend = (legend, handles)
+    return legend
+
+
 def fit(fig):
     """Wrap ``fig``'s titles, axis labels and suptitle to the figure's width; returns ``fig``.
 
@@ -140,4 +162,4 @@ def use_course_style() -> None:
 
 __all__ = ["COLORS", "PADDING_HATCH", "DISPLAY_DPI", "PIXEL_RATIO", "SMALLEST_FONT", "PHONE_WIDTH",
            "PHONE_TEXT_PX", "FIGURE_WIDTH", "RC_PARAMS", "phone_text_px", "use_course_style", "wrap", "fit",
-           "log2_ticks"]
+           "log2_ticks", "legend_below"]
