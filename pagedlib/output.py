@@ -21,7 +21,18 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Column", "Columns", "TableView", "display_or_print", "in_notebook", "show_table"]
+__all__ = ["Column", "Columns", "TableView", "display_or_print", "format_value", "in_notebook",
+           "show_table"]
+
+NOT_MEASURED = "n/a"
+
+
+def format_value(fmt: str, value) -> str:
+    """``value`` through the ``str.format`` template ``fmt``; a NaN (a value not measured) as "n/a",
+    never as "nan" or "nanx"."""
+    if isinstance(value, numbers.Real) and value != value:
+        return NOT_MEASURED
+    return fmt.format(value)
 
 
 def in_notebook() -> bool:
@@ -139,7 +150,7 @@ class Column:
 class Columns:
     """A text table printed a row at a time, as a benchmark measures its rows (a :class:`TableView`
     needs them all first): ``print(table.header())``, then ``print(table.line(row))`` for each row
-    (a dict of the columns' keys; a missing key prints empty)."""
+    (a dict of the columns' keys; a missing key prints empty, a NaN "n/a")."""
 
     def __init__(self, *columns: Column):
         self.columns = columns
@@ -148,5 +159,5 @@ class Columns:
         return " ".join(c.cell(c.header) for c in self.columns).rstrip()
 
     def line(self, row: Mapping) -> str:
-        return " ".join(c.cell(c.fmt.format(row[c.key]) if c.key in row else "")
+        return " ".join(c.cell(format_value(c.fmt, row[c.key]) if c.key in row else "")
                         for c in self.columns).rstrip()

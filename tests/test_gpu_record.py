@@ -31,6 +31,19 @@ def test_a_record_is_labelled_with_gpu_versions_and_date(tmp_path):
         ["8", "2,048", "16", "1", "41.2", "38.0", "1620", "48%", "0.92x", "21.8x"]]
 
 
+def test_a_value_not_measured_shows_as_n_a_and_the_caption_says_why():
+    """The reference is not timed on the largest cases: its cell reads "n/a", never "nanx"."""
+    row = dict(ROW, ref_us=float("nan"), paged_vs_ref=float("nan"))
+    cells = gpu_record.table_rows([row])[0]
+    assert cells[-1] == "n/a" and not any("nan" in cell for cell in cells)
+    assert "n/a" in gpu_record.CAPTION
+
+
+def test_the_stored_chapter_tables_show_no_nan():
+    for rows in (STORED["attention"], STORED["block_size"]):
+        assert not any("nan" in cell for row in gpu_record.table_rows(rows) for cell in row)
+
+
 def test_a_file_that_is_not_a_record_says_how_to_rewrite_it(tmp_path):
     path = tmp_path / "gpu_record.json"
     path.write_text(json.dumps({"gpu": "T4"}))

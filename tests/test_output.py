@@ -64,12 +64,12 @@ def test_display_or_print_displays_html_with_its_text_twin_in_a_notebook(monkeyp
 
 def test_columns_print_a_table_a_row_at_a_time():
     """A benchmark's rows, printed as measured: the header and each line align, numbers to the right
-    and text to the left, each value through its column's template; a key a row lacks prints empty."""
+    and text to the left, each value through its column's template; a key a row lacks prints empty, a NaN n/a."""
     from pagedlib.output import Column, Columns
     table = Columns(Column("name", "config", 8, left=True), Column("us", "us", 7, "{:.1f}"),
                     Column("vs", "vs", 6, "{:.2f}x"), Column("error", "", 0, left=True))
     assert table.header() == "config        us     vs"
     assert table.line(dict(name="chosen", us=12.345, vs=1.5)) == "chosen      12.3  1.50x"
     assert table.line(dict(name="tile 128", us=float("nan"), vs=float("nan"), error="no room")) == (
-        "tile 128     nan   nanx no room")
+        "tile 128     n/a    n/a no room")
     assert len({len(table.header()), len(table.line(dict(name="a", us=1.0, vs=1.0)))}) == 1

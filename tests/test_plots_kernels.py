@@ -169,3 +169,4 @@ def test_varlen_launch_draws_one_bar_per_program_that_reads_keys():
     assert len(ax.patches) == len(reading) == 9          # 3 + 3 splits, 2 chunk tiles, 1 short decode
     assert sum("exits at once" in t.get_text() for t in ax.texts) == 2   # the chunk's 2 extra splits; no spare tile
     assert sorted(round(b.get_width()) for b in ax.patches) == sorted(p["keys"][1] - p["keys"][0] for p in reading)
+    assert len(ax.get_title().splitlines()) == 2          # a short title; the batch goes in the caption

@@ -52,7 +52,8 @@ CAPTION = ("paged us: the kernel's time per decode step on the GPU (replayed fro
            "the Python call that launches it is not counted); GB/s: the bandwidth it reached; of peak: "
            "that as a share of the GPU's datasheet peak; vs sdpa: SDPA's time over a contiguous "
            "cache divided by the kernel's (above 1, paging is faster); vs ref: how many times faster "
-           "than the PyTorch gather; splits: the split-K choice of chapter 9.")
+           "than the PyTorch gather (n/a: not timed, the gather is only run up to 64 x 2,048 tokens); "
+           "splits: the split-K choice of chapter 9.")
 # printed lines of at most 60 characters: a printed output keeps its lines on the site
 MISSING = ("No GPU here and no stored GPU measurement: the cell\n"
            "checked the kernel's results in the interpreter only.")
@@ -126,7 +127,8 @@ def label(record: dict) -> str:
 
 def table_rows(rows: list[dict]) -> list[list[str]]:
     """The benchmark rows as the cells of the chapters' table."""
-    return [[fmt.format(r[key]) for _, key, fmt in COLUMNS] for r in rows]
+    from ..output import format_value
+    return [[format_value(fmt, r[key]) for _, key, fmt in COLUMNS] for r in rows]
 
 
 def show(rows: list[dict]) -> None:

@@ -441,11 +441,9 @@ def varlen_launch(chunks: list[int], contexts: list[int], group: int, num_splits
     ax.set_xlim(0, longest * 1.18)
     ax.set_xlabel(wrap("key position read by the program (black tick: the causal edge of a chunk's tile)",
                        0.75 * FIGURE_WIDTH, 10), fontsize=10)
-    kinds = ", ".join(f"seq {s}: {'decode' if c == 1 else f'{c} new'} of {n}"
-                      for s, (c, n) in enumerate(zip(chunks, contexts)))
-    title = (f"One launch, one KV head: {len(programs)} programs ({tile_q} tokens x {group} heads per "
-             f"tile, {num_splits} splits)")
-    ax.set_title(wrap(title, 0.75 * FIGURE_WIDTH, 10) + "\n" + wrap(kinds, 0.75 * FIGURE_WIDTH, 10), fontsize=10)
+    # two short lines; the batch's sequences (which decode, which bring a chunk) go in the caption
+    ax.set_title(f"One launch, one K/V head: {len(programs)} programs\n"
+                 f"(tiles of {tile_q} tokens x {group} heads, {num_splits} splits)", fontsize=10)
     fig.tight_layout()
     return fig
 
