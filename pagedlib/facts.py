@@ -57,10 +57,15 @@ class Fact:
     checked: str             # ISO date it was last checked against the source
     used_in: tuple[str, ...] = ()          # chapters ("10") whose prose states it, word for word
     contradicted_by: tuple[str, ...] = ()  # regexes: wrong or dated versions of it, found nowhere
+    also: tuple[tuple[str, str], ...] = ()  # more sources, (URL, the link's words), of a merged fact
+
+    def links(self) -> str:
+        """The Markdown links to its sources, the main one first."""
+        return "; ".join(f"[{name}]({url})" for url, name in ((self.source, self.source_name), *self.also))
 
     def cite(self) -> str:
-        """The short citation shown after the statement: source, version, date."""
-        return f"([{self.source_name}]({self.source}); {self.version}; checked {self.checked})"
+        """The short citation shown after the statement: sources, version, date."""
+        return f"({self.links()}; {self.version}; checked {self.checked})"
 
 
 VLLM = "https://github.com/vllm-project/vllm/blob/main/"
@@ -401,12 +406,15 @@ FACTS: tuple[Fact, ...] = (
          "Mooncake. Its documentation says disaggregated prefill controls the tail of inter-token latency "
          "but does not improve throughput.",
          "https://docs.vllm.ai/en/latest/features/disagg_prefill/", "vLLM: disaggregated prefilling", _NOW),
-    Fact("vllm_offloading_connector", "vLLM", "main (`OffloadingConnector`, vllm.v1.kv_offload)",
-         "**vLLM**'s `OffloadingConnector` (`kv_role=\"kv_both\"`) adds a CPU block pool under the GPU "
-         "pool: blocks move to host memory, and a prefix that the GPU no longer caches but the host does is "
-         "loaded back instead of recomputed; LMCache plugs in the same way with more storage tiers.",
+    Fact("vllm_offloading_connector", "vLLM, SGLang", "main (`OffloadingConnector`, vllm.v1.kv_offload)",
+         "**Offload** turns eviction into a copy. **vLLM**'s `OffloadingConnector` "
+         "(`kv_role=\"kv_both\"`) adds a CPU block pool under the GPU pool: blocks move to host memory, "
+         "and a prefix that the GPU no longer caches but the host does is loaded back instead of "
+         "recomputed; LMCache plugs in the same way with more storage tiers. **SGLang**'s HiCache "
+         "extends its radix tree to host memory and storage the same way.",
          "https://docs.vllm.ai/projects/ascend/en/latest/user_guide/feature_guide/kv_cache_cpu_offload/",
-         "vLLM docs: KV cache CPU offload (OffloadingConnector)", _NOW),
+         "vLLM docs: KV cache CPU offload (OffloadingConnector)", _NOW,
+         also=(("https://docs.vllm.ai/en/latest/configuration/engine_args.html", "vLLM engine arguments"),)),
     Fact("sglang_router", "SGLang", "0.1.5",
          "**SGLang**'s router (`sglang-router`, a Rust process in front of SGLang workers) picks a worker "
          "per request by a cache-aware, power-of-two, random or round-robin policy, and load-balances "
@@ -491,7 +499,7 @@ BOXES: dict[str, tuple[str, ...]] = {
            "sglang_retract_decode", "trtllm_inflight", "trtllm_guaranteed_no_evict", "disaggregated"),
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction", "sglang_dp_attention",
            "blackwell_gpus"),
-    "13": ("vllm_offloading_connector", "kv_offload", "vllm_kv_connectors", "mooncake", "sglang_router",
+    "13": ("vllm_offloading_connector", "vllm_kv_connectors", "mooncake", "sglang_router",
            "vllm_stack_load_aware", "llmd_paths", "dynamo_parts", "pcie_links", "nvlink_c2c"),
 }
 
@@ -538,8 +546,7 @@ def render_list() -> str:
     """Every fact, grouped by engine, for book/references.md (between ``<!-- facts -->`` markers)."""
     lines = []
     for f in sorted(FACTS, key=lambda f: (f.engine.lower(), f.key)):
-        lines.append(f"- **{f.engine}** ({f.version}; checked {f.checked}; "
-                     f"[{f.source_name}]({f.source})): {f.text}")
+        lines.append(f"- **{f.engine}** ({f.version}; checked {f.checked}; {f.links()}): {f.text}")
     return "\n".join(lines)
 
 

@@ -364,5 +364,5 @@ def test_scheduler_figures():
     reserve = ReserveMaxLLM(llm.model, num_usable_blocks=10, block_size=4, max_num_seqs=4, max_len=24)
     reserve.generate(random_prompts(6, 300, seed=4, hi=16), max_new_tokens=8, use_tqdm=False)
     fig = plots.compare_timelines({"paged": llm.metrics, "reserve-max": reserve.metrics})
-    labels = {t.get_text() for t in fig.axes[1].get_legend().get_texts()}
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {"paged: in use", "reserve-max: reserved", "cache size"} <= labels

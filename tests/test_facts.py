@@ -155,3 +155,12 @@ def test_a_box_renders_as_a_titled_list_in_a_commonmark_renderer():
     assert html.index('<div class="admonition note">') < html.index("<strong>In production today</strong>") \
         < html.index("<ul>") < html.index("</ul>") < html.index("</div>")
     assert html.count("<li>") == len(facts.BOXES["05"]) and "<pre>" not in html and "- **" not in html
+
+
+def test_a_merged_fact_cites_each_of_its_sources():
+    merged = [f for f in facts.FACTS if f.also]
+    assert merged, "no fact with more than one source to check"
+    for f in merged:
+        for url, name in ((f.source, f.source_name), *f.also):
+            assert re.match(r"https://\S+$", url), f"{f.key}: a source must be a URL, got {url!r}"
+            assert f"[{name}]({url})" in f.cite() and f"[{name}]({url})" in facts.render_list()

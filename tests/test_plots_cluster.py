@@ -23,3 +23,27 @@ def test_itl_timeline_plots_every_gap_at_its_time_with_the_p99():
     assert bottom.get_xlabel() == "modelled time (s)"
     with pytest.raises(ValueError, match="at least one"):
         itl_timeline({})
+
+
+class _Run:
+    def __init__(self, ttft, hit):
+        self.ttft, self.hit_rate = ttft, hit
+
+    def ttft_p(self, q):
+        return self.ttft
+
+
+@pytest.mark.usefixtures("close_figures")   # readable at 360 px (tests/conftest.py)
+def test_router_figure_puts_its_legend_below_the_panels():
+    from pagedlib.plots import router_figure
+    from pagedlib.sim.router import POLICIES
+    rates = [1, 2, 4]
+    results = {p: [_Run(0.1 * (i + 1) * r, 0.2 * i) for r in rates] for i, p in enumerate(POLICIES)}
+    fig = router_figure(rates, results)
+    top, bottom = fig.axes
+    assert top.get_legend() is None and len(fig.legends) == 1
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent()
+    assert legend.y1 <= bottom.get_tightbbox().y0 + 1        # below the lower panel, on no line
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["round robin", "least loaded",
+                                                                 "prefix-aware"]

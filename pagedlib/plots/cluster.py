@@ -18,8 +18,9 @@ _STYLE = {"round_robin": ("round robin", COLORS["padding"], "o"),
 
 def router_figure(rates, results: dict):
     """TTFT p99 (log scale) and prefix-cache hit rate against the rate of new chats, one line per
-    policy. ``results[policy]`` is a list of :class:`~pagedlib.sim.router.RouterResult`, one per rate."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.4), sharex=True)
+    policy (its legend below the figure, clear of the lines). ``results[policy]`` is a list of
+    :class:`~pagedlib.sim.router.RouterResult`, one per rate."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.8), sharex=True, layout="constrained")
     for policy in POLICIES:
         label, colour, marker = _STYLE[policy]
         runs = results[policy]
@@ -28,12 +29,12 @@ def router_figure(rates, results: dict):
     top.set_yscale("log")
     top.set_ylabel("TTFT p99 (s, log)")
     top.set_title("Routing chats over 4 replicas")
-    top.legend(loc="upper left")
+    fig.legend(*top.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=10,
+               frameon=False)
     bottom.set_ylabel("prompt tokens cached (%)")
     bottom.set_ylim(0, 100)
     bottom.set_xlabel("new chats per second")
-    fit(fig).tight_layout()
-    return fig
+    return fit(fig)
 
 
 def itl_timeline(runs: dict):

@@ -47,9 +47,9 @@ def scheduler_timeline(metrics: dict, title: str = "What the scheduler did, step
 
 def compare_timelines(runs: dict[str, dict], title: str = "Requests running at once, same KV budget"):
     """Running requests per step for several engines (name -> metrics) on the same workload, and
-    the KV blocks each had in use."""
+    the KV blocks each had in use (its legend below the figure, clear of the lines)."""
     colours = [COLORS["kv"], COLORS["padding"], COLORS["shared"], COLORS["other"]]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 5.5))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.2), layout="constrained")
     for (name, m), colour in zip(runs.items(), colours):
         top.step(_series(m, "step"), _series(m, "running"), where="post", color=colour, label=name)
         bottom.step(_series(m, "step"), _series(m, "blocks_used"), where="post", color=colour,
@@ -65,9 +65,9 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     bottom.set_ylabel(f"KV blocks ({first['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
     top.legend(loc="best", fontsize=10)
-    bottom.legend(loc="best", fontsize=10)
-    fit(fig).tight_layout()
-    return fig
+    fig.legend(*bottom.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=10,
+               frameon=False)
+    return fit(fig)
 
 
 
