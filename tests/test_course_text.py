@@ -95,3 +95,27 @@ def test_chapter_4b_sends_the_reader_to_the_page_the_table_of_contents_puts_next
     text = _markdown("04b_sizing.ipynb")
     first_link = re.search(r"\*\*Next:\*\*\s*\[[^\]]*\]\(([^)]+)\)", text).group(1)
     assert first_link.endswith(Path(_toc_next("notebooks/04b_sizing")).name + ".html")   # kernel-costs
+
+
+def _next_link(page: str) -> str | None:
+    """The first link of a page's **Next:** line (a notebook's markdown or a book page), or None."""
+    text = _markdown(Path(page).name + ".ipynb") if page.startswith("notebooks/") \
+        else (ROOT / f"{page}.md").read_text()
+    found = re.search(r"\*\*Next:\*\*\s*\[[^\]]*\]\(([^)]+)\)", text)
+    return found.group(1) if found else None
+
+
+def test_every_page_sends_the_reader_where_the_table_of_contents_goes_next():
+    """Each page but the last chapter and the references ends with a **Next:** link to the page
+    _toc.yml puts after it (07 skipped the GPU primer; 12, the how-to and the Try-it page had none)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    order = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    wrong = []
+    for page, after in zip(order, order[1:]):
+        if after == "book/references":
+            continue
+        link = _next_link(page)
+        name = Path(after).name
+        if link is None or not re.search(rf"(^|/){re.escape(name)}\.(html|md|ipynb)(#.*)?$", link):
+            wrong.append(f"{page}: Next is {link!r}, the table of contents goes to {after}")
+    assert not wrong, "\n".join(wrong)
