@@ -35,10 +35,9 @@ def draw():
     reserve, paged = reserve_max_plan(LENGTHS, MAX_LEN), paged_plan(LENGTHS, PAGE)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.6), layout="constrained",
                                    sharex=True)
-    plot_rows(reserve, width=MAX_LEN, ax=top)
-    plot_rows(paged, width=MAX_LEN, ax=bottom)
+    plot_rows(reserve, width=MAX_LEN, ax=top, legend=False)    # one legend for both, below
+    plot_rows(paged, width=MAX_LEN, ax=bottom, legend=False)
     for ax in (top, bottom):
-        ax.get_legend().remove()
         ax.set_title("")                       # plot_rows's own title; ours goes on the left
     top.set_xlabel("")
     top.set_title(f"Reserve the maximum ({MAX_LEN:,} slots each): {reserve.waste:.1%} wasted, "

@@ -46,6 +46,9 @@ def test_plot_rows_draws_kv_tail_and_padding():
 def test_plot_rows_into_existing_axes():
     fig, ax = plt.subplots()
     assert plots.plot_rows(pagedlib.paged_plan(SEED, 64), ax=ax) is fig and fig.legends
+    fig, ax = plt.subplots()                       # the landing picture writes its own legend
+    plots.plot_rows(pagedlib.paged_plan(SEED, 64), ax=ax, legend=False)
+    assert not fig.legends and ax.get_legend() is None
 
 
 def test_panels_of_rows_share_one_legend_under_them():

@@ -29,12 +29,14 @@ def _axes(ax, figsize):
     return ax.figure, ax
 
 
-def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = None, ax=None):
+def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = None, ax=None,
+              legend: bool = True):
     """One row per request: real K/V in colour, the last page's unused tail, reserve-max padding hatched.
 
     ``width`` is the row length in token slots (default: the reserve-max slot, else the longest
     allocation); a paged row's slots past its pages are drawn as free. With ``pool_slots`` the
-    title also gives the capacity of a pool that size.
+    title also gives the capacity of a pool that size. ``legend=False``: no legend (a caller that
+    draws several panels writes its own).
     """
     fig, ax = _axes(ax, (FIGURE_WIDTH, 0.5 * plan.n_requests + 2.6))
     width = width or (plan.unit if plan.kind == "reserve-max" else max(r.allocated for r in plan.rows))
@@ -65,7 +67,8 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
     else:
         handles += [Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
                           label="reserved, not written (yet or ever)")]
-    legend_below(fig, handles)
+    if legend:
+        legend_below(fig, handles)
     return fig
 
 
