@@ -197,8 +197,22 @@
     });
   }
 
+  // A results table's caption goes below its box, as a paragraph: inside a box that scrolls
+  // sideways a <caption> is as wide as the table, and a phone cut it off mid-word.
+  function captionsOutside() {
+    document.querySelectorAll(".bd-article .pagedlib-table > table > caption").forEach(function (cap) {
+      var box = cap.parentElement.parentElement;
+      var text = document.createElement("div");
+      text.className = "pagedlib-table-caption";
+      text.innerHTML = cap.innerHTML;
+      box.parentElement.insertBefore(text, box.nextSibling);
+      cap.remove();
+    });
+  }
+
   function start() {
     localBadges();
+    captionsOutside();
     labelStacked();
     layout();
     var timer = null;

@@ -89,6 +89,10 @@ PHONE_FACTS = r"""(() => {
         if (missing.length) tables.push(`${label}: ${Math.round(box.scrollWidth)} px in a ${box.clientWidth} ` +
                                         `px box with no scroll cue (${missing.join('; ')})`);
     }
+    // a results table's caption is a paragraph under its box (course.js), never cut by the box
+    for (const c of document.querySelectorAll('.bd-article .pagedlib-table caption, .bd-article .pagedlib-table-caption'))
+        if (c.tagName === 'CAPTION' || c.getBoundingClientRect().right > vw + 1)
+            tables.push(`caption ${where(c)} "${c.textContent.trim().slice(0, 30)}": cut at the screen`);
     const images = [...document.querySelectorAll('.bd-article img')].filter(visible)
         .filter(i => i.naturalWidth > 0 && !i.closest('.animation'))
         .map(i => ({src: i.currentSrc || i.src, alt: (i.alt || '').slice(0, 50), natural: i.naturalWidth,
