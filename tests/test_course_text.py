@@ -119,3 +119,12 @@ def test_every_page_sends_the_reader_where_the_table_of_contents_goes_next():
         if link is None or not re.search(rf"(^|/){re.escape(name)}\.(html|md|ipynb)(#.*)?$", link):
             wrong.append(f"{page}: Next is {link!r}, the table of contents goes to {after}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_landing_page_lists_every_page_of_the_table_of_contents():
+    """The introduction's chapter list names every page the sidebar does (4b and 10b were missing)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [c["file"] for part in toc["parts"] for c in part["chapters"] if c["file"] != "book/references"]
+    intro = (ROOT / "book" / "intro.md").read_text().split("## The chapters", 1)[1]
+    linked = {Path(t).stem for t in re.findall(r"\]\(([^)#]+)\)", intro)}
+    assert [p for p in pages if Path(p).name not in linked] == []
