@@ -248,11 +248,9 @@ class BlockManager:
         """
         n_cached = self.try_allocate(seq_id, token_ids, commit, num_new_tokens=num_new_tokens,
                                      cache_salt=cache_salt, full_sequence_must_fit=full_sequence_must_fit)
-        if n_cached is None:                        # refused: work out by how much, for the message
+        if n_cached is None:                        # refused: by how much, for the message
             n = len(token_ids)
-            _, hits = self._match_prefix(token_ids, cache_salt)
-            slots = n if num_new_tokens is None else min(n, len(hits) * self.block_size + max(0, num_new_tokens))
-            needed = self._blocks_needed(cdiv(n if full_sequence_must_fit else slots, self.block_size), hits)
+            _, _, slots, needed = self._demand(token_ids, cache_salt, num_new_tokens, full_sequence_must_fit)
             what = f"all {n} tokens (full_sequence_must_fit)" if full_sequence_must_fit else f"{slots} tokens"
             raise OutOfBlocks(
                 f"allocate({seq_id!r}): {what} need {needed} free blocks but only "
@@ -271,16 +269,13 @@ class BlockManager:
         n = len(token_ids)
         if not n:
             raise ValueError(f"allocate({seq_id!r}): token_ids is empty; a prompt needs at least one token")
-        hashes, hits = self._match_prefix(token_ids, cache_salt)
-        n_cached = len(hits) * self.block_size
-        slots = n if num_new_tokens is None else min(n, n_cached + max(0, num_new_tokens))
-        n_blocks = cdiv(slots, self.block_size)
-        needed = self._blocks_needed(cdiv(n if full_sequence_must_fit else slots, self.block_size), hits)
+        hashes, hits, slots, needed = self._demand(token_ids, cache_salt, num_new_tokens, full_sequence_must_fit)
         if needed > self.num_free_blocks:
             return None
+        n_cached = len(hits) * self.block_size
         for b in hits:
             self._claim(b)
-        table = [b.block_id for b in hits] + self._take(n_blocks - len(hits))
+        table = [b.block_id for b in hits] + self._take(cdiv(slots, self.block_size) - len(hits))
         self._seqs[seq_id] = _Seq(table, slots, hashes, [b.serial for b in hits], cache_salt)
         if self.enable_prefix_caching:
             self.query_tokens += n
@@ -576,6 +571,17 @@ class BlockManager:
     def _root_key(salt: Hashable) -> tuple:
         """What a first block records as its parent: the salt, so other tenants' chains never match."""
         return ("root", salt)
+
+    def _demand(self, token_ids: Sequence[int], salt: Hashable, num_new_tokens: int | None,
+                full_sequence_must_fit: bool) -> tuple[list, list[Block], int, int]:
+        """What allocating this prompt asks for: its block names and cache hits, the token slots it
+        gets now (the hits plus ``num_new_tokens``, or all), and the free blocks that takes (for the
+        whole prompt with ``full_sequence_must_fit``). Changes nothing."""
+        n = len(token_ids)
+        hashes, hits = self._match_prefix(token_ids, salt)
+        slots = n if num_new_tokens is None else min(n, len(hits) * self.block_size + max(0, num_new_tokens))
+        needed = self._blocks_needed(cdiv(n if full_sequence_must_fit else slots, self.block_size), hits)
+        return hashes, hits, slots, needed
 
     def _blocks_needed(self, n_blocks: int, hits: list[Block]) -> int:
         """Free blocks a prompt of ``n_blocks`` blocks takes: the misses, plus the hits now free."""
