@@ -36,6 +36,7 @@ import traceback
 from functools import partial
 from pathlib import Path
 
+from ..output import format_value
 from ..validation import cdiv
 
 RECORD = Path(__file__).resolve().parents[1] / "data" / "gpu_record.json"
@@ -127,7 +128,6 @@ def label(record: dict) -> str:
 
 def table_rows(rows: list[dict]) -> list[list[str]]:
     """The benchmark rows as the cells of the chapters' table."""
-    from ..output import format_value
     return [[format_value(fmt, r[key]) for _, key, fmt in COLUMNS] for r in rows]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from .style import COLORS, FIGURE_WIDTH, fit, wrap
+from .style import COLORS, FIGURE_WIDTH, fit, legend_below, wrap
 
 __all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
            "admission_policies", "caps_sweep", "lead_by_requests"]
@@ -65,8 +65,7 @@ def compare_timelines(runs: dict[str, dict], title: str = "Requests running at o
     bottom.set_ylabel(f"KV blocks ({first['block_size']} tokens each)")
     bottom.set_xlabel("engine step")
     top.legend(loc="best", fontsize=10)
-    fig.legend(*bottom.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=10,
-               frameon=False)
+    legend_below(fig, bottom.get_legend_handles_labels()[0])
     return fit(fig)
 
 
