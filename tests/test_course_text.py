@@ -3,7 +3,8 @@ import re
 from pathlib import Path
 
 import nbformat
-import yaml
+
+from test_site import toc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -84,19 +85,6 @@ def test_the_collapsed_tangents_are_collapsed():
     assert "<details>" in legacy.source
 
 
-def _toc_next(page: str) -> str:
-    """The page that _toc.yml puts after ``page`` (paths as the table of contents writes them)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    order = [c["file"] for part in toc["parts"] for c in part["chapters"]]
-    return order[order.index(page) + 1]
-
-
-def test_chapter_4b_sends_the_reader_to_the_page_the_table_of_contents_puts_next():
-    text = _markdown("04b_sizing.ipynb")
-    first_link = re.search(r"\*\*Next:\*\*\s*\[[^\]]*\]\(([^)]+)\)", text).group(1)
-    assert first_link.endswith(Path(_toc_next("notebooks/04b_sizing")).name + ".html")   # kernel-costs
-
-
 def _next_link(page: str) -> str | None:
     """The first link of a page's **Next:** line (a notebook's markdown or a book page), or None."""
     text = _markdown(Path(page).name + ".ipynb") if page.startswith("notebooks/") \
@@ -107,9 +95,9 @@ def _next_link(page: str) -> str | None:
 
 def test_every_page_sends_the_reader_where_the_table_of_contents_goes_next():
     """Each page but the last chapter and the references ends with a **Next:** link to the page
-    _toc.yml puts after it (07 skipped the GPU primer; 12, the how-to and the Try-it page had none)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    order = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    _toc.yml puts after it (07 skipped the GPU primer, 4b chapter 5's prerequisite page; 12, the
+    how-to and the Try-it page had none)."""
+    order = toc_pages()[1:]                        # after the landing page, in reading order
     wrong = []
     for page, after in zip(order, order[1:]):
         if after == "book/references":
@@ -123,8 +111,7 @@ def test_every_page_sends_the_reader_where_the_table_of_contents_goes_next():
 
 def test_the_landing_page_lists_every_page_of_the_table_of_contents():
     """The introduction's chapter list names every page the sidebar does (4b and 10b were missing)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    pages = [c["file"] for part in toc["parts"] for c in part["chapters"] if c["file"] != "book/references"]
+    pages = [p for p in toc_pages()[1:] if p != "book/references"]
     intro = (ROOT / "book" / "intro.md").read_text().split("## The chapters", 1)[1]
     linked = {Path(t).stem for t in re.findall(r"\]\(([^)#]+)\)", intro)}
     assert [p for p in pages if Path(p).name not in linked] == []
