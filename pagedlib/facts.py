@@ -486,8 +486,10 @@ BOXES: dict[str, tuple[str, ...]] = {
     "04": ("physical_blocks", "vllm_block_size"),
     "04b": ("vllm_block_size", "sglang_page_size", "trtllm_tokens_per_block", "fa3_paged_tma",
             "vllm_startup_log"),
-    "05": ("vllm_kv_layout", "vllm_null_block", "flashinfer_csr", "sglang_req_to_token"),
-    "06": ("vllm_parallel_sampling", "sglang_radix_sharing", "trtllm_block_reuse", "flashinfer_cascade"),
+    # vllm_null_block: chapter 5 states it in its prose (used_in), once is enough
+    "05": ("vllm_kv_layout", "flashinfer_csr", "sglang_req_to_token"),
+    # trtllm_block_reuse: block reuse is prefix caching, in chapter 7's box only
+    "06": ("vllm_parallel_sampling", "sglang_radix_sharing", "flashinfer_cascade"),
     "07": ("vllm_prefix_caching", "sglang_radix_cache", "sglang_lpm", "kv_offload", "trtllm_block_reuse",
            "cascade_attention"),
     "08": ("vllm_unified_attention", "sglang_backends", "flashinfer_kernels", "trtllm_kernels"),

@@ -127,7 +127,9 @@ def sync(nb_path: Path, write: bool) -> list[str]:
 HELP_KEY = "exercise_help"                   # cell.metadata["pagedlib"][HELP_KEY] = exercise name
 HELP_TAGS = ["exercise-help"]
 _EXERCISE_IMPORT = re.compile(r"^\s*from\s+pagedlib\.exercises\s+import\s+(ch\d+)\s+as\s+(\w+)", re.M)
-_CHECK_CALL = re.compile(r"\b(\w+)\.(\w+)\.check\(")
+# ``ALIAS.name.check(ARG``; ARG is kept to tell the learner's answer from a demonstration of the
+# checker on the exercise module's own object (``ex.fix_bug.check(ex.buggy_decode)``)
+_CHECK_CALL = re.compile(r"\b(\w+)\.(\w+)\.check\(\s*([\w.]*)")
 
 
 def _registry() -> dict:
@@ -158,6 +160,8 @@ def checked_exercises(cells) -> list[tuple[int, str]]:
     An exercise is ``ALIAS.name.check(...)`` where ``from pagedlib.exercises import chNN as ALIAS``
     came earlier in the notebook. Its help goes after the check cell, or after the next cell when
     that one is the "# Uncomment for help" cell (calls ``.hint`` / ``.solution`` and no ``.check``).
+    A check of the module's own object (``ex.fix_bug.check(ex.buggy_decode)``, a demonstration of
+    the checker's verdict) is not the learner's starter cell: the exercise starts at a later check.
     """
     aliases: dict[str, str] = {}
     seen, out = set(), []
@@ -166,8 +170,8 @@ def checked_exercises(cells) -> list[tuple[int, str]]:
             continue
         for module, alias in _EXERCISE_IMPORT.findall(cell.source):
             aliases[alias] = module
-        for alias, attr in _CHECK_CALL.findall(cell.source):
-            if alias not in aliases or f"{aliases[alias]}.{attr}" in seen:
+        for alias, attr, arg in _CHECK_CALL.findall(cell.source):
+            if alias not in aliases or f"{aliases[alias]}.{attr}" in seen or arg.startswith(f"{alias}."):
                 continue
             name = f"{aliases[alias]}.{attr}"
             seen.add(name)

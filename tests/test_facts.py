@@ -49,6 +49,16 @@ def test_keys_are_unique_and_every_fact_is_shown_somewhere():
         facts.fact("no_such_fact")
 
 
+def test_a_fact_is_told_once_in_a_chapter_and_once_in_chapters_5_to_9():
+    """A fact a chapter's prose states word for word is not repeated in its box, and no box of
+    chapters 5 to 9 repeats another's: the reader of one chapter after the next meets it once."""
+    told_twice = [(f.key, ch) for f in facts.FACTS for ch in f.used_in if f.key in facts.BOXES.get(ch, ())]
+    assert told_twice == [], "a fact in both the prose and the box of a chapter"
+    later = [facts.BOXES[ch] for ch in ("05", "06", "07", "08", "09")]
+    keys = [k for box in later for k in box]
+    assert sorted({k for k in keys if keys.count(k) > 1}) == []
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem.split("_")[0])
 def test_each_chapter_shows_its_box_as_the_registry_writes_it(path):
     sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]

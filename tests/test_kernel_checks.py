@@ -296,3 +296,11 @@ def test_a_mask_that_lets_rows_past_seq_len_through_says_so():
     assert result.state == INCORRECT
     assert "its mask lets rows past the end of the sequence through" in result.message
     assert "Give tl.load a mask" not in result.message
+
+
+def test_the_buggy_kernel_listing_fits_a_phone():
+    """Chapter 8 shows buggy_decode's source for the reader to read: at most 48 characters a line, the
+    width a phone shows at full size."""
+    import inspect
+    long = [line for line in inspect.getsource(ch08.buggy_decode.fn).splitlines() if len(line) > 48]
+    assert long == []

@@ -217,3 +217,41 @@ def test_every_help_cell_is_the_uncomment_for_help_form(path):
         if (cell.cell_type == "code" and lines and all(line.lstrip().startswith("#") for line in lines)
                 and re.search(r"#\s*\w+\.\w+\.(hint|solution)\(", cell.source)):
             assert lines[0].startswith("# Uncomment for help"), cell.source
+
+
+# A predict-first exercise's answer is printed by a cell below the question; that cell keeps its output
+# folded on the site (tag hide-output: a "show output" toggle), so reading on does not give the answer
+# away. (notebook, text of the answer in the stored output)
+ANSWERS_BELOW_A_QUESTION = [
+    ("07_prefix_caching.ipynb", "'A again': 4"),       # exercise 2
+    ("07_prefix_caching.ipynb", "A again=0"),          # exercise 3
+    ("08_triton_kernel.ipynb", "lengths whose output holds NaN"),   # exercise (e)
+]
+
+
+def _output_text(cell) -> str:
+    texts = []
+    for out in cell.get("outputs", []):
+        texts.append(out.get("text", ""))
+        texts += [str(v) for k, v in out.get("data", {}).items() if k.startswith("text/")]
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("name, answer", ANSWERS_BELOW_A_QUESTION)
+def test_a_cell_that_answers_a_prediction_folds_its_output(name, answer):
+    cells = [c for c in nbformat.read(ROOT / "notebooks" / name, as_version=4).cells
+             if c.cell_type == "code" and answer in _output_text(c)]
+    assert cells, f"no stored output shows {answer!r}"
+    for cell in cells:
+        assert "hide-output" in cell.metadata.get("tags", []), (
+            f"{name}: the cell printing {answer!r} answers a prediction: tag it hide-output")
+
+
+def test_chapter_8_exercise_cells_fit_the_exercise_box():
+    """The starter cells of chapter 8's kernel exercises sit in a box narrower than the text: lines of
+    at most 70 characters, so no comment runs past its edge on a desktop."""
+    nb = nbformat.read(ROOT / "notebooks" / "08_triton_kernel.ipynb", as_version=4)
+    starters = [c for c in nb.cells if c.cell_type == "code" and re.search(r"\.check\(my_", c.source)]
+    assert len(starters) == 7        # six kernels and the prediction of (e)
+    long = [line for c in starters for line in c.source.splitlines() if len(line) > 70]
+    assert long == []
