@@ -398,6 +398,19 @@ def test_sync_writes_one_help_cell_per_exercise_after_its_help_cell_and_is_idemp
     assert sum(sync.is_help_cell(c) for c in nb.cells) == 1
 
 
+def test_a_check_of_the_module_s_own_object_is_a_demonstration_not_the_starter_cell():
+    """ch08 runs the fix_bug checker on ex.buggy_decode before the learner's cell: the help (and so
+    the site's box) goes with the learner's check, the later one."""
+    import nbformat
+    sync = _sync_module()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from pagedlib.exercises import ch08 as ex"),
+                nbformat.v4.new_code_cell("ex.fix_bug.check(ex.buggy_decode)"),
+                nbformat.v4.new_markdown_cell("**Exercise: fix it.**"),
+                nbformat.v4.new_code_cell("ex.fix_bug.check(my_fixed_decode)")]
+    assert sync.checked_exercises(nb.cells) == [(3, "ch08.fix_bug")]
+
+
 def test_sync_reports_a_checked_exercise_that_is_not_registered():
     import nbformat
     sync = _sync_module()
