@@ -527,13 +527,21 @@ def fact(key: str) -> Fact:
         raise KeyError(f"no fact {key!r} in pagedlib.facts; known: {', '.join(sorted(_BY_KEY))}") from None
 
 
+def in_chapter(text: str, chapter: str) -> str:
+    """A fact's ``text`` as chapter ``chapter`` shows it: "chapter 13's router" reads "this chapter's
+    router" inside chapter 13 (the list in book/references.md keeps the chapter's number)."""
+    number = chapter.lstrip("0") or "0"
+    return re.sub(rf"\b[Cc]hapter {re.escape(number)}'s\b", "this chapter's", text)
+
+
 def render_box(chapter: str) -> str:
     """The Markdown of chapter ``chapter``'s "In production today" box, between its markers.
 
     Plain HTML around Markdown, so it reads the same in JupyterLab, on Colab (which shows a MyST
     directive as a raw code fence) and on the site (the theme styles ``div.admonition``).
     """
-    items = "\n".join(f"- {fact(key).text} {fact(key).cite()}" for key in BOXES[chapter])
+    items = "\n".join(f"- {in_chapter(fact(key).text, chapter)} {fact(key).cite()}"
+                      for key in BOXES[chapter])
     return (f"{BOX_START}\n<div class=\"admonition note\">\n"
             f"<p class=\"admonition-title\"><strong>{BOX_TITLE}</strong></p>\n\n"
             f"{items}\n\nEvery fact about another engine, with its source and date: "

@@ -115,3 +115,19 @@ def test_the_landing_page_lists_every_page_of_the_table_of_contents():
     intro = (ROOT / "book" / "intro.md").read_text().split("## The chapters", 1)[1]
     linked = {Path(t).stem for t in re.findall(r"\]\(([^)#]+)\)", intro)}
     assert [p for p in pages if Path(p).name not in linked] == []
+
+
+def test_chapter_13_asks_for_the_transfer_bytes_before_it_prints_them():
+    """Exercise 2 ("how many bytes move?") came right after the cell printing "= 512 MiB"."""
+    cells = _cells("13_beyond_one_engine.ipynb")
+    ask = next(i for i, c in enumerate(cells) if "ex.transfer_bytes.check(" in c.source)
+    tell = next(i for i, c in enumerate(cells) if "nbytes = 4096 * llama.kv_bytes_per_token" in c.source)
+    assert ask < tell
+
+
+def test_chapter_12_says_what_a_dash_means_and_names_chapter_13_once():
+    """The capacity table's '-' was explained only in a docstring; "Where to go next" and the
+    **Next:** line both introduced chapter 13."""
+    code = next(c.source for c in _cells("12_capacity_at_scale.ipynb") if "def cell(row)" in c.source)
+    assert "-: longer " in code.split("caption=", 1)[1]
+    assert _markdown("12_capacity_at_scale.ipynb").count("13_beyond_one_engine.html") == 1

@@ -174,3 +174,15 @@ def test_a_merged_fact_cites_each_of_its_sources():
         for url, name in ((f.source, f.source_name), *f.also):
             assert re.match(r"https://\S+$", url), f"{f.key}: a source must be a URL, got {url!r}"
             assert f"[{name}]({url})" in f.cite() and f"[{name}]({url})" in facts.render_list()
+
+
+def test_a_box_calls_its_own_chapter_this_chapter():
+    """Inside chapter 13 its box said "the same trade as chapter 13's prefix-aware router"; there it
+    reads "this chapter's", while the list of every fact (book/references.md) keeps the number."""
+    box13, box12 = facts.render_box("13"), facts.render_box("12")
+    assert "the same trade as this chapter's prefix-aware router" in box13
+    assert "Two levers this chapter's simulator leaves out" in box12
+    assert not re.search(r"chapter 1[23]'s", box13 + box12)
+    assert "the same trade as chapter 13's prefix-aware router" in facts.render_list()
+    assert facts.in_chapter("Chapter 4b's pages and chapter 4's", "04b") == \
+        "this chapter's pages and chapter 4's"

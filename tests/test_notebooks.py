@@ -255,3 +255,19 @@ def test_chapter_8_exercise_cells_fit_the_exercise_box():
     assert len(starters) == 7        # six kernels and the prediction of (e)
     long = [line for c in starters for line in c.source.splitlines() if len(line) > 70]
     assert long == []
+
+
+PHONE_OUTPUT_CHARS = 48     # the monospace characters a phone's column shows at full size
+
+
+@pytest.mark.parametrize("name", ["12_capacity_at_scale", "13_beyond_one_engine"])
+def test_printed_lines_fit_a_phone(name):
+    """Chapters 12 and 13 print lines of at most PHONE_OUTPUT_CHARS characters (longer ones were
+    shrunk to 9 px on a phone); the setup cell, the same in every chapter, is left out."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    long = [f"cell {i}: {len(line)} chars: {line}"
+            for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            and "hide-cell" not in cell.metadata.get("tags", [])
+            for out in cell.get("outputs", []) if out.get("output_type") == "stream"
+            for line in out["text"].splitlines() if len(line) > PHONE_OUTPUT_CHARS]
+    assert not long, "\n".join(long)

@@ -47,3 +47,23 @@ def test_router_figure_puts_its_legend_below_the_panels():
     assert legend.y1 <= bottom.get_tightbbox().y0 + 1        # below the lower panel, on no line
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["round robin", "least loaded",
                                                                  "prefix-aware"]
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_router_figure_legend_is_legible_on_a_phone_and_no_wider_than_the_panels():
+    """The legend at the course's legend size (12 pt: 11.2 CSS px on a 360 px phone; it was 10 pt,
+    9.3 px), its three entries in one row that does not widen the figure."""
+    from pagedlib.plots import router_figure
+    from pagedlib.plots.style import FIGURE_WIDTH, RC_PARAMS, phone_text_px
+    from pagedlib.sim.router import POLICIES
+    rates = [0.5, 1, 2, 3]
+    results = {p: [_Run(0.4 * (i + 1) * r, 0.3 * (i + 1)) for r in rates]
+               for i, p in enumerate(POLICIES)}
+    fig = router_figure(rates, results)
+    texts = fig.legends[0].get_texts()
+    assert {t.get_fontsize() for t in texts} == {RC_PARAMS["legend.fontsize"]}
+    assert phone_text_px(fig)[0] >= 10, phone_text_px(fig)
+    fig.canvas.draw()
+    assert fig.get_tightbbox().width <= FIGURE_WIDTH
+    rows = {round(t.get_window_extent().y0) for t in texts}
+    assert len(rows) == 1

@@ -321,6 +321,34 @@ def test_figures_have_titles_labels_and_legends():
     plt.close(fig)
 
 
+def test_chapter_12_figure_labels_and_legends_are_legible_on_a_phone():
+    """Fig. 2's "sim" / "paper" labels and both figures' legends at the course's legend size (12 pt:
+    11.2 CSS px on a 360 px phone; 10 pt was 9.3 px), the in-bar shares a point less, and no legend
+    wider than the figure (a wider figure is shown smaller on a phone)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pagedlib import plots
+    from pagedlib.plots.style import FIGURE_WIDTH, RC_PARAMS, phone_text_px
+
+    w = Workload.sharegpt(150, seed=0)
+    size = RC_PARAMS["legend.fontsize"]
+    for fig in (plots.paper_figure2(workload=w),
+                plots.sim_waste_vs_block_size(block_sizes=(1, 16, 256), workload=w)):
+        assert len(fig.legends) == 1
+        assert {t.get_fontsize() for t in fig.legends[0].get_texts()} == {size}
+        assert phone_text_px(fig)[0] >= 10, phone_text_px(fig)
+        fig.canvas.draw()
+        assert fig.get_tightbbox().width <= FIGURE_WIDTH
+        labels = [t for t in fig.axes[0].texts if t.get_text() in ("sim", "paper")]
+        assert all(t.get_fontsize() == size for t in labels)
+        plt.close(fig)
+    assert len(labels) == 0           # the last figure has none; the first had them:
+    fig2 = plots.paper_figure2(workload=w)
+    assert len([t for t in fig2.axes[0].texts if t.get_text() in ("sim", "paper")]) == 8
+    plt.close(fig2)
+
+
 def test_prefill_first_scheduling_more_than_doubles_the_alpaca_batch():
     w = Workload.alpaca(400, seed=0)
     mixed = simulate(w, "paged", request_rate=30.0).avg_batch

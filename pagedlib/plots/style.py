@@ -69,13 +69,14 @@ def log2_ticks(ax, sizes, most: int = 7) -> None:
     ax.set_xticks(sizes, [str(p) if i % step == 0 else "" for i, p in enumerate(sizes)])
 
 
-def legend_below(fig, handles, *, ncols: int = 2, fontsize: float = 10):
+def legend_below(fig, handles, *, ncols: int = 2, fontsize: float = 10, **kwargs):
     """One legend under ``fig``'s axes (``loc="outside lower center"``), where it covers no data;
     returns it.
 
     The figure is given a constrained layout if it has none (the layout makes room for the legend).
     Called again on the same figure, as panels that share it are drawn, it keeps one legend: the
-    entries before, then the new ones whose labels it did not have.
+    entries before, then the new ones whose labels it did not have. Other keyword arguments go to
+    ``fig.legend`` (``columnspacing=1`` keeps a wide legend inside the figure's width).
     """
     if fig.get_layout_engine() is None:
         fig.set_layout_engine("constrained")
@@ -86,7 +87,7 @@ def legend_below(fig, handles, *, ncols: int = 2, fontsize: float = 10):
         old[0].remove()
     handles = list(handles)
     legend = fig.legend(handles=handles, loc="outside lower center", ncol=min(ncols, len(handles)),
-                        fontsize=fontsize, frameon=False)
+                        fontsize=fontsize, frameon=False, **kwargs)
     fig._course_legend = (legend, handles)
     return legend
 
