@@ -494,9 +494,9 @@ BOXES: dict[str, tuple[str, ...]] = {
            "cascade_attention"),
     "08": ("vllm_unified_attention", "sglang_backends", "flashinfer_kernels", "trtllm_kernels"),
     "09": ("vllm_write_and_step", "vllm_unified_grid", "fa3_varlen", "flashinfer_pod"),
-    "10": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "trtllm_inflight",
-           "flashinfer_mixed"),
-    "10b": ("vllm_async_scheduling", "sglang_scheduling", "vllm_cudagraph_sizes", "vllm_v1_step"),
+    # each fact of chapters 10 and 10b in one of their boxes: the step in 10, what surrounds it in 10b
+    "10": ("vllm_v1_step", "sglang_scheduling", "trtllm_inflight", "flashinfer_mixed"),
+    "10b": ("vllm_async_scheduling", "vllm_cudagraph_sizes"),
     "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "sglang_new_token_ratio",
            "sglang_retract_decode", "trtllm_inflight", "trtllm_guaranteed_no_evict", "disaggregated"),
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction", "sglang_dp_attention",

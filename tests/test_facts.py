@@ -59,6 +59,12 @@ def test_a_fact_is_told_once_in_a_chapter_and_once_in_chapters_5_to_9():
     assert sorted({k for k in keys if keys.count(k) > 1}) == []
 
 
+def test_chapters_10_and_10b_state_each_fact_in_one_box():
+    """Read one after the other, the two engine chapters' boxes do not repeat a bullet word for word."""
+    both = set(facts.BOXES["10"]) & set(facts.BOXES["10b"])
+    assert not both, f"facts in the boxes of both chapter 10 and 10b: {sorted(both)}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem.split("_")[0])
 def test_each_chapter_shows_its_box_as_the_registry_writes_it(path):
     sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]

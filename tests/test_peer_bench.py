@@ -107,3 +107,27 @@ def test_stored_figures_meet_the_target():
         assert lead[64] >= 2 and lead[64] > 1.5 * lead[1], lead
     for r in equal:
         assert "--workload equal" in r["command"] and "--prompt-len 256" in r["command"]
+
+
+def test_commands_apart_gives_one_template_and_the_values_that_vary():
+    """Stored commands that differ only in some options print as one template and a table."""
+    base = ("python -m pagedlib.bench engine --against transformers --models gpt2,llama "
+            "--requests {n} --layers 4 --prefix-caching --kv-slots {s} --save x.json")
+    commands = [base.format(n=16, s=16384), base.format(n=32, s=32768), base.format(n=16, s=16384)]
+    template, flags, values = peer.commands_apart(commands)
+    assert template == base.format(n="REQUESTS", s="KV_SLOTS")
+    assert flags == ["--requests", "--kv-slots"]
+    assert values == [["16", "16384"], ["32", "32768"]]               # each command once, in order
+    with pytest.raises(ValueError, match="options"):
+        peer.commands_apart([commands[0], commands[0].replace(" --layers 4", "")])
+
+
+def test_stored_commands_print_as_one_template_in_lines_that_fit_a_phone():
+    for workload in ("sharegpt", "equal"):
+        template, flags, values = peer.commands_apart(r["command"] for r in peer.measured(workload=workload))
+        assert "--requests" in flags and len(values) > 1
+        lines = peer.wrap_command(template, width=48).splitlines()
+        assert all(len(line) <= 48 for line in lines), lines
+        assert " ".join(line.rstrip("\\").strip() for line in lines) == template
+    template, flags, _ = peer.commands_apart(r["command"] for r in peer.measured(models=("smollm2",)))
+    assert flags == ["--requests", "--system", "--kv-slots"]

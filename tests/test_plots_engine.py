@@ -26,6 +26,18 @@ def test_mixed_step_draws_every_token_and_every_slot():
     assert len(solid) == 6                             # the slots this step writes
 
 
+def test_mixed_step_names_grey_only_when_a_slot_is_free():
+    batch, manager = chapter10_mixed_step()
+    tables = [manager.block_table("A"), manager.block_table("B")]
+
+    def legend(num_blocks):
+        fig = mixed_step(batch, num_blocks, 4, names=["A", "B"], full_tables=tables)
+        text = " ".join(t.get_text() for t in fig.axes[1].texts if "KV cache" in t.get_text())
+        return " ".join(text.split())                  # the legend is wrapped
+    assert "grey" not in legend(5)                     # every slot held: nothing grey
+    assert "grey = free" in legend(6)                  # block 5 is free
+
+
 def test_mixed_step_refuses_wrong_names_and_a_too_small_cache():
     batch, _ = chapter10_mixed_step()
     with pytest.raises(ValueError, match="names"):

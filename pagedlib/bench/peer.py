@@ -298,6 +298,56 @@ def workload_of(result: dict) -> str:
     return result["setup"].get("workload", "sharegpt")
 
 
+PROGRAM = "python -m pagedlib.bench engine"
+
+
+def _options(command: str) -> list[tuple[str, str | None]]:
+    """A bench command's options after :data:`PROGRAM`, in order: (flag, value), None for a switch."""
+    if not command.startswith(PROGRAM + " "):
+        raise ValueError(f"command must start with {PROGRAM!r}; got {command[:40]!r}")
+    words, options = command[len(PROGRAM):].split(), []
+    for word in words:
+        if word.startswith("--"):
+            options.append((word, None))
+        else:
+            options[-1] = (options[-1][0], word)
+    return options
+
+
+def commands_apart(commands) -> tuple[str, list[str], list[list[str]]]:
+    """Bench commands that differ only in some options' values, told once: the template (each varying
+    value written as its option's name in capitals, as argparse's help does), the varying options, and
+    each distinct command's values of them, in the order given. Commands with other options, or the
+    same options in another order, raise ValueError: they do not share a template."""
+    distinct = list(dict.fromkeys(commands))
+    parsed = [_options(c) for c in distinct]
+    flags = [flag for flag, _ in parsed[0]]
+    for command, options in zip(distinct, parsed):
+        if [flag for flag, _ in options] != flags:
+            raise ValueError(f"the commands do not have the same options in the same order: "
+                             f"{distinct[0]!r} and {command!r}")
+    varying = [k for k in range(len(flags)) if len({options[k] for options in parsed}) > 1]
+    words = [PROGRAM]
+    for k, (flag, value) in enumerate(parsed[0]):
+        value = flag[2:].upper().replace("-", "_") if k in varying else value
+        words.append(flag if value is None else f"{flag} {value}")
+    return (" ".join(words), [flags[k] for k in varying],
+            [[options[k][1] for k in varying] for options in parsed])
+
+
+def wrap_command(command: str, width: int = 48) -> str:
+    """A bench command over lines of at most ``width`` characters, shell continuations included: the
+    program on the first line, then as many ``--flag value`` pairs on each line as fit."""
+    lines = [PROGRAM]
+    for flag, value in _options(command):
+        option = flag if value is None else f"{flag} {value}"
+        if len(lines) > 1 and len(lines[-1]) + 1 + len(option) + 2 <= width:
+            lines[-1] += " " + option
+        else:
+            lines.append("    " + option)
+    return " \\\n".join(lines)
+
+
 # Two fp32 engines may break a near-tie differently: matrix products over batches of different sizes
 # round differently (about 1e-6 relative; logits here are about 10). Where pagedlib's token differs
 # from transformers' generate, the two tokens' logits this close count as a tie, not a wrong token.

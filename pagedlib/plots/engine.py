@@ -75,7 +75,7 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
     """One forward pass's :class:`~pagedlib.attention.metadata.PagedBatch` (top: its tokens in batch order, each
     with its sequence, position and slot) and the paged cache of ``num_blocks`` blocks of
     ``block_size`` slots (bottom: the slots holding K/V from earlier steps pale, the slots this step
-    writes solid, free slots grey, a line from each token to its slot). ``names`` labels the
+    writes solid, free slots (if any) grey, a line from each token to its slot). ``names`` labels the
     sequences (default ``0, 1, ...``); ``full_tables``, the block manager's tables of the batch's
     sequences (unpadded), also outlines the slots they hold for tokens not computed yet."""
     starts = batch.query_start_loc.tolist()
@@ -121,8 +121,10 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
             held[tables[s][pos // block_size] * block_size + pos % block_size] = s
         for block in (full_tables[s] if full_tables is not None else []):
             owned.update({slot: s for slot in range(block * block_size, (block + 1) * block_size)})
+    free_slots = 0                                       # named in the legend only if some are drawn
     for slot in range(num_blocks * block_size):
         face, edge, alpha = COLORS["free"], "#666666", 1.0
+        free_slots += slot not in held and slot not in owned
         if slot in held:
             face, alpha = colours[held[slot] % len(colours)], 1.0 if slot in written else 0.35
         elif slot in owned:
@@ -133,9 +135,9 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
         bottom.text(x_of(b * block_size) + block_size / 2 - 0.04, -0.12, f"block {b}", ha="center",
                     va="top", fontsize=10)
     bottom.text(x_of(num_blocks * block_size - 1) / 2, -0.55,
-                wrap("KV cache: pale = K/V from earlier steps, solid = written by this step, "
-                     + ("outlined = held, not written yet, " if full_tables is not None else "")
-                     + "grey = free", FIGURE_WIDTH, 10),
+                wrap("KV cache: pale = K/V from earlier steps, solid = written by this step"
+                     + (", outlined = held, not written yet" if full_tables is not None else "")
+                     + (", grey = free" if free_slots else ""), FIGURE_WIDTH, 10),
                 ha="center", va="top", fontsize=10)
     bottom.set_xlim(-0.1, x_of(num_blocks * block_size - 1) + 1)
     bottom.set_ylim(-1.4, 1.05)
