@@ -529,9 +529,11 @@ def fact(key: str) -> Fact:
 
 def in_chapter(text: str, chapter: str) -> str:
     """A fact's ``text`` as chapter ``chapter`` shows it: "chapter 13's router" reads "this chapter's
-    router" inside chapter 13 (the list in book/references.md keeps the chapter's number)."""
-    number = chapter.lstrip("0") or "0"
-    return re.sub(rf"\b[Cc]hapter {re.escape(number)}'s\b", "this chapter's", text)
+    router", "the table of chapter 5" "the table of this chapter", inside that chapter (the list in
+    book/references.md keeps the chapter's number)."""
+    number = re.escape(chapter.lstrip("0") or "0")
+    text = re.sub(rf"\b[Cc]hapter {number}'s\b", "this chapter's", text)
+    return re.sub(rf"\b(of|in) chapter {number}\b(?!')", r"\1 this chapter", text)
 
 
 def render_box(chapter: str) -> str:

@@ -192,3 +192,6 @@ def test_a_box_calls_its_own_chapter_this_chapter():
     assert "the same trade as chapter 13's prefix-aware router" in facts.render_list()
     assert facts.in_chapter("Chapter 4b's pages and chapter 4's", "04b") == \
         "this chapter's pages and chapter 4's"
+    assert facts.in_chapter("the page table of chapter 5, as built in chapter 5 (not chapter 50)", "05") == \
+        "the page table of this chapter, as built in this chapter (not chapter 50)"
+    assert "the CSR page table of this chapter" in facts.render_box("05")
