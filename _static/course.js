@@ -118,17 +118,25 @@
  * - Printed outputs keep their lines (at most 60 characters, the course's rule): a block whose
  *   longest line is wider than its box gets a smaller font, just enough for it to fit, down to
  *   OUTPUT_MIN_PX (at which 60 characters fit a 400 px screen); never wrapped, never cut.
- * - A table wider than its box scrolls inside it, with its first column kept in place
- *   (course.css, .course-scrolls): what a row is stays on the screen, the shadow at its edge and
- *   a fade at the box's right edge (until it is scrolled to the end) say that the rest scrolls;
- *   code cells and display equations wider than the column get the same fade.
- * - A table inside a ``{container} course-stack`` (the Try-it page's arithmetic) is stacked on a
- *   phone: each cell is labelled with its column's heading (data-label, shown by course.css).
- * Redone when the window changes size and when a collapsed output is opened.
+ * - On a phone (the width of course.css's PHONE query) a table wider than its box is stacked
+ *   (course.css, table.course-stacked): each row a card, its first cell bold as the row's title,
+ *   every other cell "header: value", so the column the prose quotes is on the screen. A table
+ *   that fits keeps its columns; so do the steppers, which lay out their own tables. Each table
+ *   is measured in its normal form, so turning the phone or widening the window unstacks it.
+ * - A table still wider than its box (a desktop column, or a table without headings) scrolls
+ *   inside it, with its first column kept in place (course.css, .course-scrolls): what a row is
+ *   stays on the screen, the shadow at its edge and a fade at the box's right edge (until it is
+ *   scrolled to the end) say that the rest scrolls; code cells and display equations wider than
+ *   the column get the same fade.
+ * - A table inside a ``{container} course-stack`` (the Try-it page's arithmetic) is always stacked on
+ *   a phone: each cell is labelled with its column's heading (data-label, shown by course.css).
+ * Redone when the window changes size (a phone turned sideways too) and when a collapsed output is
+ * opened.
  */
 (function () {
   "use strict";
   var OUTPUT_MIN_PX = 9;
+  var PHONE = window.matchMedia("(max-width: 600px)");   // course.css's phone query
 
   function fitOutputs(root) {
     (root || document).querySelectorAll(".bd-article .cell_output pre, .bd-article .output pre")
@@ -170,20 +178,52 @@
     box.classList.toggle("course-scrolled-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
   }
 
-  function labelStacked() {
-    document.querySelectorAll(".bd-article .course-stack table").forEach(function (table) {
-      var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
-        return th.textContent.trim();
-      });
-      table.querySelectorAll("tbody tr").forEach(function (row) {
-        Array.prototype.forEach.call(row.cells, function (cell, i) {
-          if (heads[i]) cell.setAttribute("data-label", heads[i]);
+  // The column headings of a table (its last heading row), or null where it has none.
+  function headings(table) {
+    var row = table.tHead && table.tHead.rows[table.tHead.rows.length - 1];
+    if (!row) return null;
+    var heads = [];
+    Array.prototype.forEach.call(row.cells, function (cell) {
+      for (var n = 0; n < (cell.colSpan || 1); n++) heads.push(cell.textContent.trim());
+    });
+    return heads;
+  }
+
+  // Each body cell gets its column's heading as data-label (course.css shows it before the value).
+  function label(table) {
+    var heads = headings(table);
+    if (!heads) return false;
+    Array.prototype.forEach.call(table.tBodies, function (body) {
+      Array.prototype.forEach.call(body.rows, function (row) {
+        var column = 0;
+        Array.prototype.forEach.call(row.cells, function (cell) {
+          if (heads[column]) cell.setAttribute("data-label", heads[column]);
+          column += cell.colSpan || 1;
         });
       });
     });
+    return true;
   }
 
-  function layout(root) { fitOutputs(root); markWideTables(root); }
+  function labelStacked() {
+    document.querySelectorAll(".bd-article .course-stack table").forEach(label);
+  }
+
+  // On a phone, a table wider than its box is stacked; any other table gets its columns back.
+  function stackWideTables(root) {
+    (root || document).querySelectorAll(".bd-article table").forEach(function (table) {
+      if (table.closest(".pagedlib-stepper, .course-stack")) return;
+      table.classList.remove("course-stacked");                  // measured in its normal form
+      if (!PHONE.matches || !table.getClientRects().length) return;
+      var box = table.parentElement, cs = getComputedStyle(box);
+      var room = box.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+      // wider than the room, or squeezed to it with its cells' content overflowing the box
+      var wide = table.getBoundingClientRect().width > room + 1 || box.scrollWidth > box.clientWidth + 1;
+      if (wide && label(table)) table.classList.add("course-stacked");
+    });
+  }
+
+  function layout(root) { stackWideTables(root); fitOutputs(root); markWideTables(root); }
 
   // Colab's badge comes from colab.research.google.com; where it cannot load (an offline copy of
   // the site) the course's own stand-in takes its place, so no broken image heads a chapter.

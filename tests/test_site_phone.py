@@ -5,8 +5,10 @@ For each page, every failure is listed (not only the first):
 
 - **outputs**: no printed output block (a cell's ``pre``) wider than its box: its lines are at most
   60 characters (the course's rule) and the page sets their font so that 60 fit (course.js);
-- **tables**: no table wider than its box unless the box shows that it scrolls: its first column
-  stays put when the box is scrolled sideways (a sticky first column, course.css);
+- **tables**: no table with headings wider than its box (course.js stacks it: a card per row, each
+  cell labelled with its column's heading); any other table wider than its box shows that it
+  scrolls: its first column stays put when the box is scrolled sideways (a sticky first column,
+  course.css) and the box fades out at its right edge;
 - **figures**: each content image's smallest text at least PHONE_TEXT_PX CSS px when the figure is
   shown PHONE_WIDTH (360) px wide, or as wide as it is shown, if narrower. The text's size is
   measured on the rendered image: the PNG's smallest text height in image pixels, from its metadata
@@ -16,13 +18,20 @@ For each page, every failure is listed (not only the first):
   (chapter 8's m, l and acc included);
 - **Try-it**: its table stacked (one row under another), every cell inside the screen.
 
+A small book of tables (one notebook page, built in seconds) checks the stacking itself: at 400 px a
+table wider than its box becomes a card per row, every cell labelled, and one that fits keeps its
+columns, also after the window is widened and narrowed again; at 1400 px no table is stacked.
+
 Screenshots of the top of every page go to ``artifacts/site/phone/``.
 """
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -76,7 +85,10 @@ PHONE_FACTS = r"""(() => {
         const label = `table ${where(t)} "${(t.querySelector('th, td') || t).textContent.trim().slice(0, 30)}"`;
         if (!box) { if (r.right > vw + 1) tables.push(`${label}: ${Math.round(r.width)} px, cut at the screen`); continue; }
         if (box.scrollWidth <= box.clientWidth + 1) { if (r.right > vw + 1) tables.push(`${label}: past the screen`); continue; }
-        // wider than its box: its first column must stay put when the box scrolls sideways
+        // wider than its box: on a phone a table with headings is stacked instead (course.js) ...
+        if (vw <= 600 && t.tHead) { tables.push(`${label}: ${Math.round(box.scrollWidth)} px in a ` +
+                                                `${box.clientWidth} px box, not stacked`); continue; }
+        // ... and any other keeps its first column in place when the box scrolls sideways
         const firsts = [...t.rows].map(row => row.cells[0]).filter(Boolean);
         const before = firsts.map(c => c.getBoundingClientRect().left);
         const keep = box.scrollLeft; box.scrollLeft = 40;
@@ -228,18 +240,145 @@ def test_a_desktop_page_keeps_its_columns(browser, site, page):
     assert not problems, f"{len(problems)} problem(s) on {page} at 1400 px:\n" + "\n".join(problems)
 
 
-def test_the_fade_goes_when_a_table_is_scrolled_to_its_end(browser, site):
+# ---- wide tables are stacked on a phone (a small book: one notebook page, built in seconds) -------
+@pytest.fixture(scope="module")
+def table_book(tmp_path_factory) -> Path:
+    """A one-page book of tables, built with the course's _config.yml and _static: Markdown tables
+    (one wide, one narrow), show_table's HTML tables (wide, narrow, and one too wide even for a
+    desktop column), a wide table inside a stepper and a code line wider than a phone."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from pagedlib.output import TableView
+    book = tmp_path_factory.mktemp("table-book")
+    shutil.copytree(ROOT / "_static", book / "_static")
+    shutil.copytree(ROOT / "book" / "_ext", book / "book" / "_ext")
+    shutil.copy(ROOT / "_config.yml", book / "_config.yml")
+    words = ["pages", "blocks", "tokens", "requests", "waste", "slots", "copies", "steps"]
+    shape = "`[num_seqs, num_heads, max_blocks_per_seq, block_size]`"    # code: kept whole in a column
+    md_wide = ("| model | " + " | ".join(f"{w} per step" for w in words) + " | shape |\n"
+               + "|---" * (len(words) + 2) + "|\n"
+               + "".join(f"| model-{i} | " + " | ".join(f"{i * 100 + j:,} {w}" for j, w in enumerate(words))
+                         + f" | {shape} |\n" for i in range(3)))
+    md_narrow = "| block | share |\n|---|---|\n| 16 | 3.1% |\n| 32 | 6.0% |\n"
+    wide = TableView([[f"engine {i}", *(f"{i * 1000 + j:,}" for j in range(5))] for i in range(4)],
+                     ["engine", "running at once", "peak tokens", "preemptions", "TTFT p99 (s)",
+                      "tokens/s"], caption="A table wider than a phone.")
+    narrow = TableView([["16", "3.1%"], ["32", "6.0%"]], ["page", "waste"])
+    widest = TableView([[f"row {i}", *(f"value {i}.{j}" for j in range(18))] for i in range(3)],
+                       ["row", *(f"column {j}" for j in range(18))])
+    stepper = ('<div class="pagedlib-stepper"><table><thead><tr>' + "".join(
+        f"<th>{'m' * 12} {j}</th>" for j in range(8)) + "</tr></thead><tbody><tr>" + "".join(
+        f"<td>{j}.000000</td>" for j in range(8)) + "</tr></tbody></table></div>")
+
+    def html(text):
+        return new_output("display_data", data={"text/html": text, "text/plain": "table"})
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Tables on a phone\n\nA wide Markdown table:\n\n" + md_wide
+                          + "\nA narrow one:\n\n" + md_narrow),
+        new_code_cell("show_table(rows, headers)  # " + "a comment wider than a phone " * 3,
+                      outputs=[html(wide._repr_html_()), html(narrow._repr_html_()),
+                               html(widest._repr_html_()), html(stepper)], execution_count=1)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    (book / "notebooks").mkdir()
+    nbformat.write(nb, book / "notebooks" / "tables.ipynb")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: notebooks/tables\n")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    run = subprocess.run([str(jb), "build", str(book), "-W", "-n", "--keep-going"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"jupyter-book build failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return book / "_build" / "html" / "notebooks" / "tables.html"
+
+
+# Each table of the page (the stepper's apart): whether its rows are stacked, whether it is wider than
+# its box, and its body cells' labels against the column headers.
+TABLE_FORMS = r"""(() => {
+    const shown = e => e.getClientRects().length > 0;
+    return [...document.querySelectorAll('.bd-article table')].filter(shown).map(t => {
+        const heads = [...t.querySelectorAll('thead th')].map(th => th.textContent.trim());
+        const rows = [...t.querySelectorAll('tbody tr')];
+        const box = t.parentElement, cells = rows.flatMap(r => [...r.cells]);
+        const stacked = rows.every(r => r.cells.length < 2 ||
+            r.cells[1].getBoundingClientRect().top >= r.cells[0].getBoundingClientRect().bottom - 1);
+        const unlabelled = rows.flatMap(r => [...r.cells].filter((c, i) => i > 0 && (
+            c.dataset.label !== heads[i] ||
+            !getComputedStyle(c, '::before').content.includes(heads[i])))
+            .map(c => c.textContent.trim()));
+        // a cell's value starts on its label's line (a Markdown cell's paragraph too)
+        const split = cells.filter(c => { const r = document.createRange(); r.selectNodeContents(c);
+            const text = [...r.getClientRects()].find(q => q.width > 0), cs = getComputedStyle(c);
+            return text && text.top - c.getBoundingClientRect().top - parseFloat(cs.paddingTop) >
+                           0.8 * parseFloat(cs.fontSize); }).length;
+        return {first: heads[0] || (t.querySelector('td, th') || t).textContent.trim().slice(0, 20),
+                stepper: !!t.closest('.pagedlib-stepper'), stacked,
+                wider: Math.max(box.scrollWidth, t.getBoundingClientRect().width) > box.clientWidth + 1,
+                titlesBold: rows.every(r => parseInt(getComputedStyle(r.cells[0]).fontWeight) >= 600),
+                cellsPastScreen: cells.filter(c => c.getBoundingClientRect().right >
+                                              document.documentElement.clientWidth + 1).length,
+                unlabelled, split, scrollCue: !!t.closest('.course-scrolls')};
+    });
+})()"""
+WIDE_TABLES = {"model", "engine", "row"}       # the first headers of the tables wider than a phone
+
+
+def _table_forms(browser) -> dict[str, dict]:
+    forms = browser.js(TABLE_FORMS)
+    return {("stepper" if f["stepper"] else f["first"]): f for f in forms}
+
+
+def test_a_wide_table_is_stacked_on_a_phone_and_not_on_a_desktop(browser, table_book):
+    """At 400 px every table wider than its box (Markdown or show_table's, steppers apart) becomes a
+    card per row: the row's first cell bold, each other cell "header: value"; a table that fits keeps
+    its columns. The check is made again after the window grows past the phone width and shrinks
+    back (a phone turned sideways). At 1400 px no table is stacked and the one wider than the column
+    scrolls with its cue. Code keeps its fade at any width."""
     browser.viewport(PHONE, 900, mobile=True)
-    browser.open((site / "notebooks" / "12_capacity_at_scale.html").as_uri())
-    time.sleep(0.2)
-    fade = "(b => { const cs = getComputedStyle(b); return (cs.maskImage || cs.webkitMaskImage || 'none'); })"
-    assert "gradient" in browser.js(f"{fade}(document.querySelector('.course-scrolls'))")
-    browser.js("(() => { const b = document.querySelector('.course-scrolls'); b.scrollLeft = b.scrollWidth; })()")
-    time.sleep(0.3)                                   # the scroll event is delivered on the next frame
-    assert browser.js(f"{fade}(document.querySelector('.course-scrolls'))") == "none"
-    browser.js("(() => { const b = document.querySelector('.course-scrolls'); b.scrollLeft = 0; })()")
+    browser.open(table_book.as_uri())
     time.sleep(0.3)
-    assert "gradient" in browser.js(f"{fade}(document.querySelector('.course-scrolls'))")
+    for turn in ("loaded", "turned back"):
+        forms = _table_forms(browser)
+        assert set(forms) == {"model", "block", "page", "engine", "row", "stepper"}, forms
+        for name, form in forms.items():
+            if name in WIDE_TABLES:
+                assert form["stacked"] and form["titlesBold"], (turn, form)
+                assert not form["wider"] and form["cellsPastScreen"] == 0, (turn, form)
+                assert form["unlabelled"] == [] and form["split"] == 0, (turn, form)
+                assert not form["scrollCue"], (turn, form)
+            else:
+                assert not form["stacked"], (turn, form)
+        assert forms["stepper"]["wider"], "the stepper's table keeps its own layout"
+        assert browser.js("!!document.querySelector('.bd-article div.highlight pre.course-scrolls')")
+        browser.screenshot(ARTIFACTS / f"stacked-tables-{turn.replace(' ', '-')}.png")
+        browser.viewport(700, 900, mobile=True)       # wider than a phone: the tables come back
+        time.sleep(0.4)
+        assert not any(f["stacked"] for f in _table_forms(browser).values())
+        browser.viewport(PHONE, 900, mobile=True)
+        time.sleep(0.4)
+    browser.viewport(1400, 900, mobile=False)
+    browser.open(table_book.as_uri())
+    time.sleep(0.3)
+    forms = _table_forms(browser)
+    assert not any(f["stacked"] for f in forms.values()), forms
+    assert forms["row"]["wider"] and forms["row"]["scrollCue"], forms["row"]
+    assert not forms["engine"]["wider"], forms["engine"]      # wide on a phone, not on a desktop
+    browser.screenshot(ARTIFACTS / "stacked-tables-desktop.png")
+
+
+def test_the_fade_goes_when_a_table_is_scrolled_to_its_end(browser, table_book):
+    """A table wider than a desktop column (on a phone it is stacked) fades at its box's right edge
+    until the box is scrolled to its end."""
+    browser.viewport(1400, 900, mobile=False)
+    browser.open(table_book.as_uri())
+    time.sleep(0.2)
+    box = "document.querySelector('.pagedlib-table.course-scrolls')"
+    fade = f"(b => {{ const cs = getComputedStyle(b); return (cs.maskImage || cs.webkitMaskImage || 'none'); }})({box})"
+    assert "gradient" in browser.js(fade)
+    browser.js(f"(b => {{ b.scrollLeft = b.scrollWidth; }})({box})")
+    time.sleep(0.3)                                   # the scroll event is delivered on the next frame
+    assert browser.js(fade) == "none"
+    browser.js(f"(b => {{ b.scrollLeft = 0; }})({box})")
+    time.sleep(0.3)
+    assert "gradient" in browser.js(fade)
 
 
 # ---- the checks can fail -------------------------------------------------------------------------
