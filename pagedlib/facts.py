@@ -554,12 +554,80 @@ def render_box(chapter: str) -> str:
             f"\n\n</div>\n{BOX_END}")
 
 
+#: The list in book/references.md: a heading per engine, in this order (then any other engine, then a
+#: fact about several engines, then the hardware). Each fact is listed once, under its engine's heading.
+LIST_ORDER = ("vLLM", "SGLang", "TensorRT-LLM", "FlashInfer", "FlashAttention 3", "llama.cpp",
+              "Hugging Face transformers", "vAttention", "Mooncake", "llm-d", "NVIDIA Dynamo")
+SEVERAL, HARDWARE = "Several engines", "GPUs and links"
+LIST_HEADING = {"vLLM production stack": "vLLM", "transformers": "Hugging Face transformers",
+                "NVIDIA Blackwell": HARDWARE, "NVIDIA Grace Hopper": HARDWARE, "PCI Express": HARDWARE}
+#: Facts the list folds into another's entry. A fact that opens with the same words as another goes
+#: on in that one's entry, the shared opening said once:
+LIST_CONTINUES = {"flashinfer_cascade": "flashinfer_kernels"}     # "FlashInfer is a kernel library:"
+#: and a fact whose whole statement another makes (for another chapter's box) adds only its source:
+LIST_RESTATED_BY = {"vllm_gpu_memory_utilization": "vllm_sizing", "vllm_startup_log": "vllm_sizing",
+                    "kv_offload": "vllm_offloading_connector"}
+
+
+def list_heading(f: Fact) -> str:
+    """The heading of book/references.md's list that ``f`` is listed under."""
+    if "," in f.engine:
+        return SEVERAL
+    return LIST_HEADING.get(f.engine, f.engine)
+
+
+def _first_chapter(f: Fact) -> int:
+    """Where the course states ``f`` first, as an index in the reading order (BOXES' order)."""
+    chapters = list(BOXES)
+    seen = [i for i, ch in enumerate(chapters) if f.key in BOXES[ch] or ch in f.used_in]
+    return min(seen, default=len(chapters))
+
+
+def _words(text: str) -> list[str]:
+    return [re.sub(r"[*_`]", "", w).strip(".,:;").lower() for w in text.split()]
+
+
+def _after_opening(text: str, lead: str) -> str:
+    """``text`` without the words it opens with in common with ``lead``, its new first word capitalised."""
+    mine, theirs, n = text.split(), _words(lead), 0
+    while n < min(len(mine), len(theirs)) and _words(mine[n])[0] == theirs[n]:
+        n += 1
+    rest = " ".join(mine[n:])
+    return rest[:1].upper() + rest[1:]
+
+
 def render_list() -> str:
-    """Every fact, grouped by engine, for book/references.md (between ``<!-- facts -->`` markers)."""
+    """Every fact for book/references.md (between ``<!-- facts -->`` markers): under a heading per
+    engine, each statement followed by its sources, version and date, in the order the chapters
+    state them. A fact about several engines names them in its citation."""
+    folded = {**LIST_CONTINUES, **LIST_RESTATED_BY}
+    groups: dict[str, list[Fact]] = {}
+    for f in sorted(FACTS, key=lambda f: (_first_chapter(f), f.key)):
+        if f.key not in folded:
+            groups.setdefault(list_heading(f), []).append(f)
+    order = {h: i for i, h in enumerate(LIST_ORDER)}
+    last = {SEVERAL: len(order) + 1, HARDWARE: len(order) + 2}
+    headings = sorted(groups, key=lambda h: (order.get(h, last.get(h, len(order))), h.lower()))
+
+    def cite(f: Fact, several: bool) -> str:
+        links = [f.links()] + [fact(k).links() for k, lead in LIST_RESTATED_BY.items()
+                               if lead == f.key and fact(k).source not in f.links()]
+        engines = f"{f.engine}; " if several else ""
+        return f"({engines}{'; '.join(links)}; {f.version}; checked {f.checked})"
+
     lines = []
-    for f in sorted(FACTS, key=lambda f: (f.engine.lower(), f.key)):
-        lines.append(f"- **{f.engine}** ({f.version}; checked {f.checked}; {f.links()}): {f.text}")
-    return "\n".join(lines)
+    for heading in headings:
+        lines += ["", f"### {heading}", ""]
+        for f in groups[heading]:
+            several = heading in (SEVERAL, HARDWARE)
+            parts = [(f.text, cite(f, several))] + [
+                (_after_opening(fact(k).text, f.text), cite(fact(k), several))
+                for k, lead in LIST_CONTINUES.items() if lead == f.key]
+            # a citation said once where the statements that follow each other share it
+            lines.append("- " + " ".join(text + ("" if i + 1 < len(parts) and parts[i + 1][1] == source
+                                                 else f" {source}")
+                                         for i, (text, source) in enumerate(parts)))
+    return "\n".join(lines[1:])
 
 
 def normalise(text: str) -> str:

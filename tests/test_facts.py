@@ -195,3 +195,83 @@ def test_a_box_calls_its_own_chapter_this_chapter():
     assert facts.in_chapter("the page table of chapter 5, as built in chapter 5 (not chapter 50)", "05") == \
         "the page table of this chapter, as built in this chapter (not chapter 50)"
     assert "the CSR page table of this chapter" in facts.render_box("05")
+
+
+def _opening(markdown: str, words: int = 5) -> str:
+    """The first ``words`` words of a Markdown statement, as read: no emphasis, code marks or links."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"[*_`]", "", text)
+    return " ".join(re.sub(r"[^\w.'-]+", " ", text).lower().split()[:words])
+
+
+def _listed_facts() -> dict[str, list[str]]:
+    """The list of facts in book/references.md: each heading (### ...) with its bullets."""
+    text = (ROOT / "book" / "references.md").read_text()
+    section = text.split("<!-- facts:", 1)[1].split("<!-- /facts -->", 1)[0].split("\n", 1)[1]
+    groups: dict[str, list[str]] = {"": []}
+    heading = ""
+    for line in section.splitlines():
+        if line.startswith("### "):
+            heading = line[4:].strip()
+            assert heading not in groups, f"two headings {heading!r} in the list of facts"
+            groups[heading] = []
+        elif line.startswith("- "):
+            groups[heading].append(line[2:])
+    return {h: bullets for h, bullets in groups.items() if bullets or h}
+
+
+def test_the_references_list_facts_under_one_heading_per_engine_each_opening_once():
+    """book/references.md lists the facts under a heading per engine, and under one heading no two
+    bullets open with the same five words ("FlashInfer is a kernel library" twice read as a dump)."""
+    groups = _listed_facts()
+    assert "" not in groups, "facts listed before the first engine's heading"
+    for heading, bullets in groups.items():
+        openings = [_opening(b) for b in bullets]
+        repeated = sorted({o for o in openings if openings.count(o) > 1})
+        assert not repeated, f"under {heading!r}, bullets open alike: {repeated}"
+    assert {"vLLM", "SGLang", "TensorRT-LLM", "FlashInfer"} <= set(groups)
+    assert _opening("**FlashInfer** is a [kernel](x) `library`: it") == "flashinfer is a kernel library"
+
+
+PAPER_LINK = re.compile(r"https://(?:arxiv\.org/abs|doi\.org|crfm\.stanford\.edu)/[^)\s]+")
+
+
+def _papers_cited_twice(references: str) -> dict[str, int]:
+    """Papers (arXiv, DOI and Stanford CRFM links) that more than one bullet of the references cites,
+    outside the generated list of facts."""
+    written = re.sub(r"<!-- facts:.*?<!-- /facts -->", "", references, flags=re.S)
+    bullets = re.split(r"\n(?=- )", written)
+    counts: dict[str, int] = {}
+    for bullet in bullets:
+        for url in set(PAPER_LINK.findall(bullet)):
+            counts[url] = counts.get(url, 0) + 1
+    return {url: n for url, n in counts.items() if n > 1}
+
+
+def test_each_paper_is_cited_once_with_one_venue_and_year():
+    """A paper is cited in one place (Flash-Decoding sat under two headings, DistServe and Mooncake
+    too), and never with a bare year that its venue contradicts ("Mooncake ... (2024)" beside "FAST
+    2025")."""
+    text = (ROOT / "book" / "references.md").read_text()
+    assert _papers_cited_twice(text) == {}
+    assert not re.search(r"\*(?:Mooncake|vAttention|DistServe)[^*]*\* \(20\d\d\)", text)
+    assert _papers_cited_twice("- [a](https://arxiv.org/abs/1)\n- again [a](https://arxiv.org/abs/1)\n") == {
+        "https://arxiv.org/abs/1": 2}
+
+
+def test_the_list_states_every_fact_once_with_its_source():
+    """Each fact is in the list once: its statement with its citation, or, where another fact's
+    statement already says it (LIST_RESTATED_BY), its source in that one's citation; a fact folded
+    into another's entry has the same heading."""
+    listed = facts.render_list()
+    folded = {**facts.LIST_CONTINUES, **facts.LIST_RESTATED_BY}
+    for f in facts.FACTS:
+        if f.key in folded:
+            lead = facts.fact(folded[f.key])
+            assert lead.key not in folded and facts.list_heading(lead) == facts.list_heading(f), f.key
+            assert f.source in listed, f"{f.key}: its source is missing from the list"
+            if f.key in facts.LIST_CONTINUES:
+                assert facts._after_opening(f.text, lead.text) in listed
+        else:
+            assert listed.count(f"- {f.text} ") == 1, f"{f.key} is not listed once"
+    assert facts._after_opening("**X** is a library: it reads.", "**X** is a library: decode") == "It reads."
