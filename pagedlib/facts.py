@@ -143,7 +143,7 @@ FACTS: tuple[Fact, ...] = (
          "vLLM v1 hands out blocks from its `BlockPool`'s free queue, SGLang's token pool hands out slots "
          "one token at a time by default, and TensorRT-LLM keeps one block pool per attention window size.",
          VLLM + "vllm/v1/core/block_pool.py", "vllm/v1/core/block_pool.py", _OLD),
-    Fact("vattention", "vAttention", "the paper (2024)",
+    Fact("vattention", "vAttention", "the paper (ASPLOS 2025)",
          "Where contiguity is wanted, it comes from virtual memory instead of copies: vAttention reserves "
          "each request's range of virtual addresses and maps physical pages into it on demand with CUDA's "
          "`cuMemMap`, so the attention kernel needs no page table.",
