@@ -164,3 +164,11 @@ def test_a_merged_fact_cites_each_of_its_sources():
         for url, name in ((f.source, f.source_name), *f.also):
             assert re.match(r"https://\S+$", url), f"{f.key}: a source must be a URL, got {url!r}"
             assert f"[{name}]({url})" in f.cite() and f"[{name}]({url})" in facts.render_list()
+
+
+def test_chapter_11_box_tells_only_what_chapters_10_and_10b_have_not():
+    """Chapter 11's box is about scheduling and admission: nothing of chapter 10's or 10b's boxes
+    again, and short enough to read in about a screen of a phone (it ran for three)."""
+    assert set(facts.BOXES["11"]).isdisjoint(facts.BOXES["10"] + facts.BOXES["10b"])
+    words = sum(len(facts.fact(key).text.split()) for key in facts.BOXES["11"])
+    assert words <= 160, f"chapter 11's box states {words} words"
