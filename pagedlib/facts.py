@@ -342,16 +342,14 @@ FACTS: tuple[Fact, ...] = (
          TRTLLM_FLAGS, "useful runtime options", _OLD),
     Fact("sglang_new_token_ratio", "SGLang", "main (with `environ.py`)",
          "**SGLang's admission** charges each running request `new_token_ratio` times the tokens it may "
-         "still generate (at most 4,096 each, `SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`) and a newcomer "
-         "its prompt minus its cached prefix plus `min(max_new_tokens, 4096)`; the ratio starts at 0.7 "
-         "and decays to 0.7 x 0.14 over 600 decode steps without a retraction.",
+         "still generate, at most 4,096 (`SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`); the ratio starts at "
+         "0.7 and decays to 0.7 x 0.14 over 600 decode steps without a retraction.",
          "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/schedule_policy.py",
          "schedule_policy.py", _TODAY),
     Fact("sglang_retract_decode", "SGLang", "main, since sgl-project/sglang#9989 (September 2025)",
-         "When a decode step does not fit, SGLang's `retract_decode` sends back the requests with the "
-         "fewest generated tokens first (then the longest prompt), at least one, until the next decode "
-         "step of the rest fits (before #9989: until 20 tokens per survivor were free); the ratio then "
-         "jumps to (tokens the survivors generated + 20 each) / (their `max_new_tokens` + 1).",
+         "**SGLang's retraction** (`retract_decode`) sends back the requests with the fewest generated "
+         "tokens first until the next decode step of the rest fits (before #9989: until 20 tokens per "
+         "survivor were free).",
          "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/schedule_batch.py",
          "schedule_batch.py", _TODAY),
     Fact("trtllm_guaranteed_no_evict", "TensorRT-LLM", "main",
@@ -364,7 +362,7 @@ FACTS: tuple[Fact, ...] = (
          "**FlashInfer** provides the kernels such engines call for a mixed batch: its batch prefill and "
          "decode attention read the same paged cache through a page table.",
          "https://docs.flashinfer.ai", "docs.flashinfer.ai", _OLD),
-    Fact("disaggregated", "DistServe, Mooncake", "2024",
+    Fact("disaggregated", "DistServe, Mooncake", "the papers (OSDI 2024, FAST 2025)",
          "Engines serving very large models run prefill and decode on different GPUs (*disaggregated* "
          "serving, as in DistServe and Mooncake), so the two kinds of work stop competing for the same "
          "steps.",
@@ -497,8 +495,8 @@ BOXES: dict[str, tuple[str, ...]] = {
     # each fact of chapters 10 and 10b in one of their boxes: the step in 10, what surrounds it in 10b
     "10": ("vllm_v1_step", "sglang_scheduling", "trtllm_inflight", "flashinfer_mixed"),
     "10b": ("vllm_async_scheduling", "vllm_cudagraph_sizes"),
-    "11": ("vllm_v1_step", "vllm_async_scheduling", "sglang_scheduling", "sglang_new_token_ratio",
-           "sglang_retract_decode", "trtllm_inflight", "trtllm_guaranteed_no_evict", "disaggregated"),
+    "11": ("sglang_new_token_ratio", "sglang_retract_decode", "trtllm_guaranteed_no_evict",
+           "disaggregated"),
     "12": ("vllm_sizing", "fp8_and_disagg", "trtllm_memory_fraction", "sglang_dp_attention",
            "blackwell_gpus"),
     "13": ("vllm_offloading_connector", "vllm_kv_connectors", "mooncake", "sglang_router",

@@ -39,3 +39,42 @@ def legends_over_axes(fig) -> list[str]:
     return [leg.get_texts()[0].get_text() for leg in legends
             if any(leg.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
                    for ax in fig.axes)]
+
+
+#: Chapter 11's figures are read beside tables of numbers on a phone: their smallest text is 12 pt, at
+#: least 11 CSS px when shown 360 px wide, so that its capitals (about 0.73 of the font size) stand
+#: 8 px tall. PHONE_TEXT_PX (9 px) leaves them at 6-7 px, which a reader of the 400 px site called
+#: too small to read (the values on chapter 11's bars, its legends).
+LEGIBLE_TEXT_PX = 11
+
+
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """The pairs of visible texts of ``fig`` (tick labels in view included) whose boxes overlap."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ticks, shown = set(), []
+    for ax in fig.axes:
+        (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+        for t in ax.get_xticklabels():
+            ticks.add(t)
+            if x0 <= t.get_position()[0] <= x1:
+                shown.append(t)
+        for t in ax.get_yticklabels():
+            ticks.add(t)
+            if y0 <= t.get_position()[1] <= y1:
+                shown.append(t)
+    texts = [t for t in fig.findobj(Text) if t not in ticks] + shown
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts
+             if t.get_visible() and t.get_text().strip()]
+    return [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if box.overlaps(other)]
+
+
+def rotated_texts(fig) -> list[str]:
+    """The visible texts of ``fig`` drawn at an angle (hard to read on a phone), axis labels apart."""
+    from matplotlib.text import Text
+
+    labels = {t for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label)}
+    return [t.get_text() for t in fig.findobj(Text)
+            if t not in labels and t.get_visible() and t.get_text().strip() and t.get_rotation() % 180]

@@ -131,3 +131,51 @@ def test_chapter_12_says_what_a_dash_means_and_names_chapter_13_once():
     code = next(c.source for c in _cells("12_capacity_at_scale.ipynb") if "def cell(row)" in c.source)
     assert "-: longer " in code.split("caption=", 1)[1]
     assert _markdown("12_capacity_at_scale.ipynb").count("13_beyond_one_engine.html") == 1
+
+
+def _printed_lines(cell) -> list[str]:
+    return [line for out in cell.get("outputs", []) for line in out.get("text", "").splitlines()]
+
+
+def test_chapter_11_prints_lines_that_a_phone_shows_whole():
+    """A printed line over 48 characters is shrunk to a 9 px font in a phone's column; chapter 11's
+    tables of several columns are HTML tables instead (the setup cell's versions apart)."""
+    long = [(n, line) for n, c in enumerate(_cells("11_scheduling.ipynb"))
+            if c.cell_type == "code" and not c.source.startswith("# Setup")
+            for line in _printed_lines(c) if len(line) > 48]
+    assert long == [], f"printed lines over 48 characters (cell, line): {long}"
+
+
+def _broken_comments(source: str) -> list[str]:
+    """The lines of a comment of several lines that end it too soon: a line well short of the next
+    one's length, mid-sentence, leaves an orphan ("# at 0.15," then a new line), as a comment
+    re-wrapped by a formatter does."""
+    lines = source.splitlines()
+    found = []
+    for a, b in zip(lines, lines[1:]):
+        if a.lstrip().startswith("#") and b.lstrip().startswith("#"):
+            text = a.strip().lstrip("#").strip()
+            if len(a.strip()) < 0.5 * len(b.strip()) and not text.endswith((".", ":", ";")):
+                found.append(a.strip())
+    last = [ln.strip() for ln in lines]
+    for prev, line, nxt in zip([""] + last, last, last[1:] + [""]):
+        if (line.startswith("#") and prev.startswith("#") and not nxt.startswith("#")
+                and len(line.split()) <= 2 and len(prev) > 60):
+            found.append(line)                       # a one-word tail: "# all"
+    return found
+
+
+def test_chapter_11_comments_are_whole_lines():
+    broken = [line for c in _cells("11_scheduling.ipynb") if c.cell_type == "code"
+              for line in _broken_comments(c.source)]
+    assert broken == [], f"comments broken into orphan lines: {broken}"
+
+
+def test_broken_comment_check_can_fail():
+    assert _broken_comments("# long prompts at 0.15 s and more words here\n# at 0.15,\n"
+                            "# 0.3 and 0.45 s (about steps 4, 8 and 12 of a modelled OPT-13B step)\n"
+                            "# short\n# requests at 0.2 s, which decode while an older long prompt\n"
+                            "x = 1") == ["# at 0.15,", "# short"]
+    assert _broken_comments("# ShareGPT-like lengths (the paper's histograms), a quarter of size\n"
+                            "# all\nx = 1") == ["# all"]
+    assert _broken_comments("# one whole line\n# and another whole line\nx = 1") == []

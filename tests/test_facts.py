@@ -275,3 +275,11 @@ def test_the_list_states_every_fact_once_with_its_source():
         else:
             assert listed.count(f"- {f.text} ") == 1, f"{f.key} is not listed once"
     assert facts._after_opening("**X** is a library: it reads.", "**X** is a library: decode") == "It reads."
+
+
+def test_chapter_11_box_tells_only_what_chapters_10_and_10b_have_not():
+    """Chapter 11's box is about scheduling and admission: nothing of chapter 10's or 10b's boxes
+    again, and short enough to read in about a screen of a phone (it ran for three)."""
+    assert set(facts.BOXES["11"]).isdisjoint(facts.BOXES["10"] + facts.BOXES["10b"])
+    words = sum(len(facts.fact(key).text.split()) for key in facts.BOXES["11"])
+    assert words <= 160, f"chapter 11's box states {words} words"

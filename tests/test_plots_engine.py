@@ -80,7 +80,7 @@ def test_latency_percentiles_groups_p50_p90_p99():
     fig = latency_percentiles(rows)
     ttft, itl, throughput = fig.axes
     assert len(ttft.patches) == len(itl.patches) == 6 and len(throughput.patches) == 2
-    assert sorted(p.get_height() for p in itl.patches)[-1] == pytest.approx(40.0)   # ms
+    assert sorted(p.get_width() for p in itl.patches)[-1] == pytest.approx(40.0)    # ms, bars level
 
 
 def _peer(model, requests, ratio, workload):
@@ -112,3 +112,64 @@ def test_caps_sweep_draws_a_line_per_policy_with_the_exact_cap_first():
     assert [t.get_text() for t in fig.axes[2].get_xticklabels()] == ["= reply", "2,048", "4,096"]
     with pytest.raises(ValueError, match="rows must each have"):
         caps_sweep([{"admission": "x"}])
+
+
+def _chapter_11_figures():
+    """Each of chapter 11's engine figures, drawn from rows shaped like the chapter's."""
+    from pagedlib.plots.engine import admission_policies, caps_sweep, latency_percentiles, step_tokens
+    whole = [(4, 600)] + [(4, 0)] * 7
+    budgeted = [(4, 124)] * 4 + [(4, 104)] + [(4, 0)] * 3
+    orders = [dict(r, scheduling=s) for r, s in zip(
+        [{"tokens_per_s": t, "ttft_p50_s": a, "ttft_p90_s": b, "ttft_p99_s": c,
+          "itl_p50_s": 0.0337, "itl_p90_s": 0.0431, "itl_p99_s": 0.0433}
+         for t, a, b, c in ((145, 0.231, 0.290, 0.398), (155, 0.046, 0.815, 0.966),
+                            (155, 0.046, 0.815, 0.966))],
+        ("vllm, no threshold", "vllm", "decode_first"))]
+    caps = [{"cap": c, "admission": a, "tokens_per_s": t, "goodput": t / 600, "itl_p99_s": 0.2}
+            for c in (None, 2048, 4096, 8192)
+            for a, t in (("on_demand", 480), ("guaranteed", 4e5 / (c or 1000)), ("estimated", 400))]
+    return {
+        "step_tokens": step_tokens({"whole prompt in one step": whole,
+                                    "budget of 128 tokens a step": budgeted}),
+        "budget_latencies": budget_latencies(
+            [{"budget": b, "steps_to_first": s, "max_step_tokens": m}
+             for b, s, m in ((16, 40.3, 16), (64, 6.0, 64), (256, 1.7, 256), (None, 1.0, 405))]),
+        "latency_percentiles": latency_percentiles(orders, title="One workload, budget 64: vLLM "
+                                                   "v1's order and Sarathi-Serve's"),
+        "admission_policies": admission_policies(
+            [dict(r, resumed_hit_tokens=h, ttft_p99_s=s, itl_p99_s=i) for r, h, s, i in zip(
+                _policy_rows(), (1984, 0, 192), (35.7, 69.0, 51.6), (0.3118, 0.0369, 0.0425))], 40),
+        "caps_sweep": caps_sweep(caps),
+    }
+
+
+def test_chapter_11_figures_are_legible_on_a_phone():
+    """Text of 12 pt or more, written level, none over another, legends below the panels."""
+    from figures import LEGIBLE_TEXT_PX, legends_over_axes, overlapping_texts, rotated_texts
+    from pagedlib.plots.style import phone_text_px
+
+    for name, fig in _chapter_11_figures().items():
+        px, text = phone_text_px(fig)
+        assert px >= LEGIBLE_TEXT_PX, f"{name}: {text!r} is {px:.1f} px on a phone"
+        assert rotated_texts(fig) == [], name
+        assert overlapping_texts(fig) == [], name
+        assert legends_over_axes(fig) == [], name
+
+
+def test_step_tokens_writes_the_decode_tokens_on_every_bar():
+    """The 4 decode tokens of a step are too few to see beside a 600-token prompt: each bar says
+    them, and one legend below serves both panels."""
+    from pagedlib.plots import COLORS
+    from pagedlib.plots.engine import step_tokens
+    fig = step_tokens({"whole": [(4, 600), (4, 0)], "budget": [(4, 124), (4, 0)]})
+    top, bottom = fig.axes
+    blue = matplotlib.colors.to_rgba(COLORS["kv"])
+    for ax, prompt in ((top, "600"), (bottom, "124")):
+        decode = [t.get_text() for t in ax.texts if matplotlib.colors.to_rgba(t.get_color()) == blue]
+        prefill = [t.get_text() for t in ax.texts if matplotlib.colors.to_rgba(t.get_color()) != blue]
+        assert decode == ["4", "4"] and prefill == [prompt]
+    assert len(fig.legends) == 1 and not top.get_legend() and not bottom.get_legend()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "decode tokens, one per running request", "prefill tokens of the new prompt"]
+    with pytest.raises(ValueError, match="panels"):
+        step_tokens({})

@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 
 from .style import COLORS, FIGURE_WIDTH, fit, legend_below, wrap
 
-__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "budget_latencies", "latency_percentiles",
-           "admission_policies", "caps_sweep", "lead_by_requests"]
+__all__ = ["scheduler_timeline", "compare_timelines", "mixed_step", "step_tokens", "budget_latencies",
+           "latency_percentiles", "admission_policies", "caps_sweep", "lead_by_requests"]
 
 
 def _series(metrics: dict, key: str) -> list:
@@ -152,6 +152,44 @@ def mixed_step(batch, num_blocks: int, block_size: int, names: list[str] | None 
     return fit(fig)
 
 
+_DARK_TAIL = "#A16F00"         # COLORS["tail"] at 70%: orange text that reads on white
+
+
+def step_tokens(panels: dict[str, list[tuple[int, int]]],
+                title: str = "A 600-token prompt arrives; 4 requests decode"):
+    """The tokens of each step as stacked bars, decode tokens under prefill tokens, one panel per
+    schedule (stacked, on one y scale). ``panels`` maps a panel's title to its steps'
+    ``(decode tokens, prefill tokens)``. A few decode tokens are too thin to see beside a long
+    prompt's, so every bar carries its numbers, stacked as the bar is: the decode tokens in the bar's
+    blue, and over them the prefill tokens in a darker orange."""
+    if not panels:
+        raise ValueError("panels must map at least one panel title to its steps' (decode, prefill) tokens")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(FIGURE_WIDTH, 2.6 + 2.6 * len(panels)),
+                             sharex=True, sharey=True, layout="constrained", squeeze=False)
+    fig.suptitle(title, fontsize=13)
+    top = max(d + p for rows in panels.values() for d, p in rows)
+    for ax, (name, rows) in zip(axes[:, 0], panels.items()):
+        steps = range(1, len(rows) + 1)
+        dec = [d for d, _ in rows]
+        pre = [p for _, p in rows]
+        ax.bar(steps, dec, color=COLORS["kv"], label="decode tokens, one per running request")
+        ax.bar(steps, pre, bottom=dec, color=COLORS["tail"], label="prefill tokens of the new prompt")
+        for x, d, p in zip(steps, dec, pre):       # the numbers stacked as the bar is
+            ax.text(x, d + p + 0.02 * top, f"{d}", ha="center", va="bottom", fontsize=12,
+                    color=COLORS["kv"], fontweight="bold")
+            if p:
+                ax.text(x, d + p + 0.11 * top, f"{p}", ha="center", va="bottom", fontsize=12,
+                        color=_DARK_TAIL, fontweight="bold")
+        ax.set_title(name, fontsize=13)
+        ax.set_ylabel("tokens in the step", fontsize=12)
+        ax.set_ylim(0, 1.3 * top)
+        ax.tick_params(labelsize=12)
+    axes[-1, 0].set_xlabel("step", fontsize=12)
+    axes[-1, 0].set_xticks(list(range(1, max(len(r) for r in panels.values()) + 1)))
+    legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], ncols=1, fontsize=12)
+    return fit(fig)
+
+
 def budget_latencies(rows: list[dict], title: str = "What a token budget trades"):
     """One bar per token budget in two panels: the mean steps from a long prompt's arrival to its
     first token (top), and the largest step, in tokens, that a decoding request waited through
@@ -164,17 +202,17 @@ def budget_latencies(rows: list[dict], title: str = "What a token budget trades"
     labels = ["none" if row["budget"] is None else str(row["budget"]) for row in rows]
     # stacked, not side by side: each panel keeps the figure's whole width on a phone
     fig, (left, right) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.0), layout="constrained")
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle(title, fontsize=13)
     for ax, key, colour, ylabel in (
             (left, "steps_to_first", COLORS["tail"], "steps to first token\n(long prompts, mean)"),
             (right, "max_step_tokens", COLORS["kv"], "largest step a decode waited\nthrough (tokens)")):
         values = [row[key] for row in rows]
         bars = ax.bar(labels, values, color=colour)
-        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=10)
-        ax.set_xlabel("token budget (max_num_batched_tokens)", fontsize=10)
-        ax.set_ylabel(ylabel, fontsize=10)
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=12)
+        ax.set_xlabel("token budget (max_num_batched_tokens)", fontsize=12)
+        ax.set_ylabel(ylabel, fontsize=12)
         ax.margins(y=0.15)
-        ax.tick_params(labelsize=10)
+        ax.tick_params(labelsize=12)
     return fit(fig)
 
 
@@ -187,68 +225,80 @@ def _check_rows(rows: list[dict], keys: tuple[str, ...]) -> None:
 
 def latency_percentiles(rows: list[dict], label: str = "scheduling",
                         title: str = "Latency percentiles and throughput"):
-    """Three stacked panels, one group of bars per row (a scheduling order, say): TTFT at p50 / p90 /
-    p99 (top), inter-token latency at p50 / p90 / p99 (middle, ms), throughput (bottom). ``rows``:
-    dicts with ``label``, ``ttft_p50_s`` ... ``ttft_p99_s``, ``itl_p50_s`` ... ``itl_p99_s`` and
-    ``tokens_per_s``."""
+    """Three stacked panels of horizontal bars, one colour per row (a scheduling order, say): TTFT
+    at p50 / p90 / p99 (top), inter-token latency at p50 / p90 / p99 (middle, ms), throughput
+    (bottom), each bar with its value written level at its end. ``rows``: dicts with ``label``,
+    ``ttft_p50_s`` ... ``ttft_p99_s``, ``itl_p50_s`` ... ``itl_p99_s`` and ``tokens_per_s``."""
     qs = ("p50", "p90", "p99")
     _check_rows(rows, (label, "tokens_per_s") + tuple(f"{m}_{q}_s" for m in ("ttft", "itl") for q in qs))
-    # stacked, not side by side: each panel keeps the figure's whole width on a phone
-    fig, axes = plt.subplots(3, 1, figsize=(FIGURE_WIDTH, 9.0), layout="constrained")
-    fig.suptitle(title, fontsize=12)
-    width = 0.8 / len(rows)
     colours = [COLORS["kv"], COLORS["tail"], COLORS["shared"], COLORS["other"]]
-    for ax, metric, scale, ylabel in ((axes[0], "ttft", 1.0, "time to first token (s)"),
-                                      (axes[1], "itl", 1e3, "inter-token latency (ms)")):
+    # stacked, not side by side: each panel keeps the figure's whole width on a phone; horizontal
+    # bars, so that every value is written level, beside its bar, in a font a phone can read
+    height = 0.8 / len(rows)
+    fig, axes = plt.subplots(3, 1, figsize=(FIGURE_WIDTH, 3.0 + 2.2 * len(rows)), layout="constrained",
+                             height_ratios=[len(qs), len(qs), 1.6])
+    fig.suptitle(title, fontsize=13)
+    for ax, metric, scale, xlabel, fmt in ((axes[0], "ttft", 1.0, "time to first token (s)", "%.3g"),
+                                           (axes[1], "itl", 1e3, "inter-token latency (ms)", "%.3g")):
         for k, row in enumerate(rows):
-            xs = [i + (k - (len(rows) - 1) / 2) * width for i in range(len(qs))]
-            bars = ax.bar(xs, [row[f"{metric}_{q}_s"] * scale for q in qs], width, label=str(row[label]),
-                          color=colours[k % len(colours)])
-            ax.bar_label(bars, fmt="%.2g", fontsize=10, rotation=90, padding=2)
-        ax.set_xticks(range(len(qs)), qs)
-        ax.set_ylabel(ylabel, fontsize=10)
-        ax.tick_params(labelsize=10)
-        ax.margins(y=0.35)
-    axes[0].legend(fontsize=10, loc="upper left")
-    labels = [str(row[label]) for row in rows]
-    bars = axes[2].bar(labels, [row["tokens_per_s"] for row in rows],
-                       color=[colours[k % len(colours)] for k in range(len(rows))])
-    axes[2].bar_label(bars, fmt="%.0f", fontsize=10)
-    axes[2].set_ylabel("tokens per second", fontsize=10)
-    axes[2].tick_params(labelsize=10)
-    axes[2].margins(y=0.2)
+            ys = [i + (k - (len(rows) - 1) / 2) * height for i in range(len(qs))]
+            bars = ax.barh(ys, [row[f"{metric}_{q}_s"] * scale for q in qs], height,
+                           label=str(row[label]), color=colours[k % len(colours)])
+            ax.bar_label(bars, fmt=fmt, fontsize=12, padding=3)
+        ax.set_yticks(range(len(qs)), qs)
+        ax.invert_yaxis()                              # p50 at the top
+        ax.set_xlabel(xlabel, fontsize=12)
+        ax.tick_params(labelsize=12)
+        ax.margins(x=0.22)
+    legend_below(fig, axes[0].get_legend_handles_labels()[0], ncols=1, fontsize=12)
+    bars = axes[2].barh(range(len(rows)), [row["tokens_per_s"] for row in rows], 0.7,
+                        color=[colours[k % len(colours)] for k in range(len(rows))])
+    axes[2].bar_label(bars, fmt="%.0f", fontsize=12, padding=3)
+    axes[2].set_yticks([])                             # the colours say which row: the legend below
+    axes[2].invert_yaxis()
+    axes[2].set_xlabel("throughput (tokens per second)", fontsize=12)
+    axes[2].tick_params(labelsize=12)
+    axes[2].margins(x=0.22)
     return fit(fig)
 
 
 def admission_policies(rows: list[dict], num_blocks: int,
                        title: str = "Three admission policies, one engine, one workload"):
-    """One bar per admission policy in six panels (three rows of two): throughput, preemptions, peak
-    blocks in use (the cache's size dashed), prompt tokens found cached when a preempted request
-    resumed, p99 time to first token and p99 inter-token latency. ``rows``: dicts with
+    """One bar per admission policy in six panels (three rows of two), each titled with what it
+    measures: throughput, preemptions, peak blocks in use (the cache's size dashed), prompt tokens
+    found cached when a preempted request resumed, p99 time to first token and p99 inter-token
+    latency. A colour per policy, named in one legend below the panels. ``rows``: dicts with
     ``admission``, ``tokens_per_s``, ``preemptions``, ``peak_blocks``, ``resumed_hit_tokens``,
     ``ttft_p99_s``, ``itl_p99_s``."""
     keys = ("tokens_per_s", "preemptions", "peak_blocks", "resumed_hit_tokens", "ttft_p99_s", "itl_p99_s")
     _check_rows(rows, ("admission",) + keys)
-    short = {"on_demand": "on\ndemand", "guaranteed": "guaran-\nteed", "estimated": "esti-\nmated"}
-    labels = [short.get(row["admission"], row["admission"]) for row in rows]
-    colours = [COLORS["kv"], COLORS["shared"], COLORS["tail"]]
-    fig, axes = plt.subplots(3, 2, figsize=(FIGURE_WIDTH, 9.0), layout="constrained")
-    fig.suptitle(title, fontsize=12)
+    names = {"on_demand": "on demand (vLLM)", "guaranteed": "guaranteed (TensorRT-LLM)",
+             "estimated": "estimated (SGLang)"}
+    colours = [COLORS["kv"], COLORS["shared"], COLORS["tail"], COLORS["other"]]
+    fig, axes = plt.subplots(3, 2, figsize=(FIGURE_WIDTH, 9.6), layout="constrained")
+    fig.suptitle(title, fontsize=13)
     panels = (("tokens_per_s", 1.0, "tokens per second", "%.0f"),
               ("preemptions", 1.0, "preemptions", "%d"),
-              ("peak_blocks", 1.0, "peak blocks in use", "%d"),
-              ("resumed_hit_tokens", 1.0, "tokens cached\non resume", "%d"),
+              ("peak_blocks", 1.0, f"peak blocks in use (dashed: the cache, {num_blocks})", "%d"),
+              ("resumed_hit_tokens", 1.0, "tokens found cached on resume", "%d"),
               ("ttft_p99_s", 1.0, "p99 TTFT (s)", "%.3g"),
               ("itl_p99_s", 1e3, "p99 ITL (ms)", "%.3g"))
-    for ax, (key, scale, ylabel, fmt) in zip(axes.flat, panels):
-        bars = ax.bar(labels, [row[key] * scale for row in rows], color=colours[:len(rows)])
-        ax.bar_label(bars, fmt=fmt, fontsize=10)
-        ax.set_ylabel(ylabel, fontsize=10)
-        ax.tick_params(labelsize=10)
+    # the policies are told apart by colour (x tick labels of three policies in a half-width panel
+    # run into each other at a size a phone can read)
+    for ax, (key, scale, name, fmt) in zip(axes.flat, panels):
+        bars = ax.bar(range(len(rows)), [row[key] * scale for row in rows],
+                      color=[colours[k % len(colours)] for k in range(len(rows))])
+        ax.bar_label(bars, fmt=fmt, fontsize=12)
+        ax.set_title(wrap(name, FIGURE_WIDTH / 2, 12), fontsize=12)
+        ax.set_xticks([])
+        ax.tick_params(labelsize=12)
         ax.margins(y=0.25)
     peak = axes.flat[2]
     peak.axhline(num_blocks, color="black", linestyle="--", linewidth=1)
-    peak.set_title(f"dashed: the cache ({num_blocks})", fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k % len(colours)]) for k in range(len(rows))]
+    for handle, row in zip(handles, rows):
+        handle.set_label(names.get(row["admission"], row["admission"]))
+    legend_below(fig, handles, ncols=1, fontsize=12)
     return fit(fig)
 
 
@@ -265,7 +315,7 @@ def caps_sweep(rows: list[dict], title: str = "Replies end at EOS; clients ask f
               "guaranteed": (COLORS["shared"], "s", "guaranteed (TRT-LLM)"),
               "estimated": (COLORS["tail"], "^", "estimated (SGLang)")}
     fig, axes = plt.subplots(3, 1, figsize=(FIGURE_WIDTH, 8.4), sharex=True, layout="constrained")
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle(title, fontsize=13)
     panels = (("tokens_per_s", 1.0, "tokens per second"), ("goodput", 1.0, "goodput (req/s)"),
               ("itl_p99_s", 1e3, "p99 ITL (ms)"))
     for ax, (key, scale, ylabel) in zip(axes, panels):
@@ -273,13 +323,14 @@ def caps_sweep(rows: list[dict], title: str = "Replies end at EOS; clients ask f
             colour, marker, label = styles.get(policy, (COLORS["tail"], "x", policy))
             points = sorted((where[r["cap"]], r[key] * scale) for r in rows if r["admission"] == policy)
             ax.plot(*zip(*points), marker=marker, color=colour, label=label)
-        ax.set_ylabel(ylabel, fontsize=10)
-        ax.tick_params(labelsize=10)
+        ax.set_ylabel(ylabel, fontsize=12)
+        ax.tick_params(labelsize=12)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=10, loc="lower left")
+    legend_below(fig, axes[0].get_legend_handles_labels()[0], ncols=1, fontsize=12)
     axes[-1].set_xticks(range(len(ticks)), ticks)
-    axes[-1].set_xlabel("max_tokens each client asks for", fontsize=10)
+    axes[-1].set_xlim(-0.45, len(ticks) - 0.55)      # "= reply" clear of the y tick labels
+    axes[-1].set_xlabel("max_tokens each client asks for", fontsize=12)
     return fit(fig)
 
 
