@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import sys
 import warnings
 from array import array
 from collections import OrderedDict, deque
@@ -91,6 +92,7 @@ __all__ = ["BlockManager", "Block", "OutOfBlocks", "block_hash", "HASHES", "NULL
 
 _ROOT = b""  # the parent hash of a sequence's first block (no salt)
 NULL_BLOCK = 0  # the block padding names when ``null_block=True``
+_NEVER = sys.maxsize  # a token count no sequence reaches (commit_at without prefix caching)
 
 
 class OutOfBlocks(RuntimeError):
@@ -163,14 +165,16 @@ class _Seq:
     full blocks known so far (prefix caching only), the serial of each committed block's content
     (which the next block names as its parent; ``len(keys)`` blocks are committed) and its cache
     salt. Its token ids live with the caller."""
-    __slots__ = ("table", "num_tokens", "hashes", "keys", "salt")
+    __slots__ = ("table", "num_tokens", "hashes", "keys", "salt", "commit_at")
 
-    def __init__(self, table: list[int], num_tokens: int, hashes: list, keys: list, salt: Hashable):
+    def __init__(self, table: list[int], num_tokens: int, hashes: list, keys: list, salt: Hashable,
+                 commit_at: int):
         self.table = table
         self.num_tokens = num_tokens
         self.hashes = hashes
         self.keys = keys
         self.salt = salt
+        self.commit_at = commit_at     # commit has a block to register from this many tokens on
 
 
 class BlockManager:
@@ -276,7 +280,8 @@ class BlockManager:
         for b in hits:
             self._claim(b)
         table = [b.block_id for b in hits] + self._take(cdiv(slots, self.block_size) - len(hits))
-        self._seqs[seq_id] = _Seq(table, slots, hashes, [b.serial for b in hits], cache_salt)
+        self._seqs[seq_id] = _Seq(table, slots, hashes, [b.serial for b in hits], cache_salt,
+                                  self._commit_at(len(hits)))
         if self.enable_prefix_caching:
             self.query_tokens += n
             self.hit_tokens += n_cached
@@ -359,21 +364,23 @@ class BlockManager:
         if not 0 <= num_tokens <= seq.num_tokens:
             raise ValueError(f"commit({seq_id!r}, {num_tokens}): num_tokens must be in "
                              f"[0, {seq.num_tokens}], the tokens the sequence holds slots for")
+        if num_tokens < seq.commit_at:             # usually: no block newly full
+            return
         bs = self.block_size
         full = num_tokens // bs
         keys = seq.keys
-        if full <= len(keys) or not self.enable_prefix_caching:   # usually: no block newly full
-            return
         if len(token_ids) < full * bs:
             raise ValueError(f"commit({seq_id!r}, {num_tokens}): token_ids holds {len(token_ids)} tokens; "
                              f"pass the sequence's tokens (at least the first {full * bs})")
         hashes, table, blocks = seq.hashes, seq.table, self.blocks
+        parent = keys[-1] if keys else self._root_key(seq.salt)
         for i in range(len(keys), full):
             block_tokens = tuple(token_ids[i * bs:(i + 1) * bs])
             if i == len(hashes):                   # a block not named yet: name it now that it is full
                 hashes.append(self._hash(hashes[-1] if hashes else self._root(seq.salt), block_tokens))
-            keys.append(self._register(blocks[table[i]], hashes[i], block_tokens,
-                                       keys[-1] if keys else self._root_key(seq.salt)))
+            parent = self._register(blocks[table[i]], hashes[i], block_tokens, parent)
+            keys.append(parent)
+        seq.commit_at = self._commit_at(full)
 
     def uncommit(self, seq_id: Hashable, num_tokens: int) -> None:
         """Take out of the prefix cache the sequence's committed blocks past its first ``num_tokens``
@@ -385,6 +392,7 @@ class BlockManager:
             if block.name is not None:
                 self._uncache(block)
         del seq.keys[keep:]
+        seq.commit_at = self._commit_at(len(seq.keys))
 
     def fork(self, parent_id: Hashable, child_id: Hashable) -> None:
         """Start ``child_id`` as a copy of ``parent_id`` that shares all its blocks (no K/V is copied)."""
@@ -396,7 +404,7 @@ class BlockManager:
         for b in parent.table:
             blocks[b].ref_count += 1
         self._seqs[child_id] = _Seq(list(parent.table), parent.num_tokens, list(parent.hashes),
-                                    list(parent.keys), parent.salt)
+                                    list(parent.keys), parent.salt, parent.commit_at)
 
     def free(self, seq_id: Hashable) -> None:
         """Drop a sequence; its blocks no other sequence holds become free (cached ones stay findable).
@@ -559,6 +567,11 @@ class BlockManager:
     def _out_of_blocks(self, seq_id: Hashable, op: str) -> OutOfBlocks:
         return OutOfBlocks(f"{op}({seq_id!r}): needs 1 free block but all {self.num_usable_blocks} are "
                            "in use; free or preempt a sequence, or make num_blocks larger", 1, 0)
+
+    def _commit_at(self, committed: int) -> int:
+        """The token count from which :meth:`commit` has a block to register, ``committed`` blocks
+        in (never without prefix caching)."""
+        return (committed + 1) * self.block_size if self.enable_prefix_caching else _NEVER
 
     def _root(self, salt: Hashable):
         """The parent name of a sequence's first block: salted per tenant."""
