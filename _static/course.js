@@ -189,10 +189,22 @@
     return heads;
   }
 
-  // Each body cell gets its column's heading as data-label (course.css shows it before the value).
+  // A row whose first cell is a number ("16", "3.1%", "none") is not named by it: a card titled "16"
+  // needs its column's heading too ("budget: 16").
+  var BARE_VALUE = /^([-+~]?[\d.,]+\s*(%|x|k|K|M|G|KiB|MiB|GiB|ms|s)?|none|n\/a|-)$/;
+
+  // Each body cell gets its column's heading as data-label (course.css shows it before the value);
+  // a table whose first column holds only numbers gets course-titled, so its titles show theirs.
   function label(table) {
     var heads = headings(table);
     if (!heads) return false;
+    var bare = true;
+    Array.prototype.forEach.call(table.tBodies, function (body) {
+      Array.prototype.forEach.call(body.rows, function (row) {
+        if (row.cells.length && !BARE_VALUE.test(row.cells[0].textContent.trim())) bare = false;
+      });
+    });
+    table.classList.toggle("course-titled", bare && !!heads[0]);
     Array.prototype.forEach.call(table.tBodies, function (body) {
       Array.prototype.forEach.call(body.rows, function (row) {
         var column = 0;

@@ -265,6 +265,10 @@ def table_book(tmp_path_factory) -> Path:
                      ["engine", "running at once", "peak tokens", "preemptions", "TTFT p99 (s)",
                       "tokens/s"], caption="A table wider than a phone.")
     narrow = TableView([["16", "3.1%"], ["32", "6.0%"]], ["page", "waste"])
+    numbered = TableView([[f"{16 * 4 ** i}", *(f"{i * 1000 + j:,} tokens" for j in range(5))]
+                          for i in range(3)],
+                         ["budget", "running at once", "peak tokens", "preemptions", "TTFT p99 (s)",
+                          "tokens/s"])
     widest = TableView([[f"row {i}", *(f"value {i}.{j}" for j in range(18))] for i in range(3)],
                        ["row", *(f"column {j}" for j in range(18))])
     stepper = ('<div class="pagedlib-stepper"><table><thead><tr>' + "".join(
@@ -278,6 +282,7 @@ def table_book(tmp_path_factory) -> Path:
                           + "\nA narrow one:\n\n" + md_narrow),
         new_code_cell("show_table(rows, headers)  # " + "a comment wider than a phone " * 3,
                       outputs=[html(wide._repr_html_()), html(narrow._repr_html_()),
+                               html(numbered._repr_html_()),
                                html(widest._repr_html_()), html(stepper)], execution_count=1)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     (book / "notebooks").mkdir()
@@ -313,12 +318,14 @@ TABLE_FORMS = r"""(() => {
                 stepper: !!t.closest('.pagedlib-stepper'), stacked,
                 wider: Math.max(box.scrollWidth, t.getBoundingClientRect().width) > box.clientWidth + 1,
                 titlesBold: rows.every(r => parseInt(getComputedStyle(r.cells[0]).fontWeight) >= 600),
+                // a card titled by a bare number shows its column's heading before it
+                titleLabels: rows.map(r => getComputedStyle(r.cells[0], '::before').content),
                 cellsPastScreen: cells.filter(c => c.getBoundingClientRect().right >
                                               document.documentElement.clientWidth + 1).length,
                 unlabelled, split, scrollCue: !!t.closest('.course-scrolls')};
     });
 })()"""
-WIDE_TABLES = {"model", "engine", "row"}       # the first headers of the tables wider than a phone
+WIDE_TABLES = {"model", "engine", "row", "budget"}   # the first headers of the tables wider than a phone
 
 
 def _table_forms(browser) -> dict[str, dict]:
@@ -337,7 +344,9 @@ def test_a_wide_table_is_stacked_on_a_phone_and_not_on_a_desktop(browser, table_
     time.sleep(0.3)
     for turn in ("loaded", "turned back"):
         forms = _table_forms(browser)
-        assert set(forms) == {"model", "block", "page", "engine", "row", "stepper"}, forms
+        assert set(forms) == {"model", "block", "page", "engine", "row", "budget", "stepper"}, forms
+        assert forms["budget"]["titleLabels"] == ['"budget: "'] * 3, forms["budget"]
+        assert forms["engine"]["titleLabels"] == ["none"] * 4, forms["engine"]   # named by its title
         for name, form in forms.items():
             if name in WIDE_TABLES:
                 assert form["stacked"] and form["titlesBold"], (turn, form)

@@ -299,3 +299,27 @@ def test_the_built_site_has_no_font_awesome_bundle_and_small_icon_fonts(site):
     assert fonts and all(f.name.endswith(".subset.woff") and f.stat().st_size < 10_000 for f in fonts), fonts
     for page in BUILT_PAGES:
         assert "fontawesome.js" not in (site / f"{page}.html").read_text()
+
+
+def _split_prints(soup) -> list[str]:
+    """Printed outputs shown as two boxes in a row: a cell's consecutive prints (stdout between other
+    writes) that the build did not merge, so a sentence is cut across boxes."""
+    split = []
+    for output in soup.select("div.cell_output"):
+        boxes = [c for c in output.find_all("div", recursive=False)]
+        for a, b in zip(boxes, boxes[1:]):
+            if "stream" in a.get("class", []) and "stream" in b.get("class", []):
+                split.append(b.get_text()[:60])
+    return split
+
+
+@pytest.mark.slow
+def test_a_cell_s_prints_are_one_box(site):
+    """nb_merge_streams: chapter 8 showed "every slot is block_tables[s, t // block_size]" and
+    "* block_size + t % block_size" in two boxes."""
+    from bs4 import BeautifulSoup
+    split = {p.stem: _split_prints(_soup(site, f"notebooks/{p.stem}")) for p in NOTEBOOKS}
+    assert {k: v for k, v in split.items() if v} == {}
+    two = BeautifulSoup('<div class="cell_output"><div class="output stream">a</div>'
+                        '<div class="output stream">b</div></div>', "html.parser")
+    assert _split_prints(two) == ["b"]
