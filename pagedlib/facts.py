@@ -316,8 +316,9 @@ FACTS: tuple[Fact, ...] = (
          "(v0 also swapped to CPU memory), and a recomputed request often finds its own full blocks still "
          "in the prefix cache.",
          VLLM + "vllm/v1/core/sched/scheduler.py", "scheduler.py", _OLD),
-    Fact("vllm_async_scheduling", "vLLM", "default since vllm-project/vllm#27614; with "
-         "speculative decoding since #31998 (January 2026)",
+    Fact("vllm_async_scheduling", "vLLM",
+         "default since [vllm-project/vllm#27614](https://github.com/vllm-project/vllm/pull/27614); "
+         "with speculative decoding since #31998 (January 2026)",
          "vLLM schedules asynchronously by default: it plans step n + 1 while the GPU runs step n "
          "(`async_scheduling`; turn it off with `--no-async-scheduling`), so scheduling hides behind the "
          "forward pass, which is captured as **CUDA graphs** for a set of batch sizes and replayed.",
