@@ -330,7 +330,7 @@ def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int)
         raise ValueError("prompts is empty: give at least one prompt to draw")
     names = list(prompts)
     width = max(cdiv(len(p), block_size) for p in prompts.values())
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.75 * len(names) + 1.7), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.95 * len(names) + 1.9), layout="constrained")
     seen: set[bytes] = set()
     for r, name in enumerate(names):
         tokens = list(prompts[name])
