@@ -1,7 +1,7 @@
 """Figures of chapters 5-7: pages reached through block tables, shared blocks, beam trees, prefix caches.
 
-Every function returns a matplotlib Figure with a title and a legend, fonts of 10 pt or more and a
-width of about 9 inches, so that it stays readable on a phone. None of them draws crossing arrows:
+Every function returns a matplotlib Figure with a title and a legend, fonts of 12 pt or more and a
+width of FIGURE_WIDTH, so that its text is 11 px or more on a 360 px phone. None of them draws crossing arrows:
 block tables are rows of boxes, a block shared by neighbouring rows is one box spanning them, and a
 beam tree is laid out by generation with each beam's children right under it.
 """
