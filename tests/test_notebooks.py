@@ -247,6 +247,19 @@ def test_a_cell_that_answers_a_prediction_folds_its_output(name, answer):
             f"{name}: the cell printing {answer!r} answers a prediction: tag it hide-output")
 
 
+def test_chapter_7_folds_the_prose_and_figure_that_answer_its_predictions():
+    """Chapter 7's exercises 2 and 3 ask for a prediction: the pool snapshots (whose last row reads
+    "allocate A: 4 cached") fold their output, and the paragraphs that give the answers sit in a
+    <details> block, so reading on does not give them away."""
+    cells = nbformat.read(ROOT / "notebooks" / "07_prefix_caching.ipynb", as_version=4).cells
+    figure = next(c for c in cells if c.cell_type == "code" and "plot_pool_snapshots(snapshots)" in c.source)
+    assert "hide-output" in figure.metadata.get("tags", [])
+    for answer in ("4 tokens hit instead of none", "C takes all four"):
+        where = [c for c in cells if c.cell_type == "markdown" and answer in " ".join(c.source.split())]
+        assert len(where) == 1 and where[0].source.startswith("<details>"), answer
+        assert where[0].source.rstrip().endswith("</details>") or "</details>" in where[0].source
+
+
 def test_chapter_8_exercise_cells_fit_the_exercise_box():
     """The starter cells of chapter 8's kernel exercises sit in a box narrower than the text: lines of
     at most 70 characters, so no comment runs past its edge on a desktop."""
@@ -260,9 +273,10 @@ def test_chapter_8_exercise_cells_fit_the_exercise_box():
 PHONE_OUTPUT_CHARS = 48     # the monospace characters a phone's column shows at full size
 
 
-@pytest.mark.parametrize("name", ["12_capacity_at_scale", "13_beyond_one_engine"])
+@pytest.mark.parametrize("name", ["05_paged_attention", "06_sharing", "07_prefix_caching",
+                                  "12_capacity_at_scale", "13_beyond_one_engine"])
 def test_printed_lines_fit_a_phone(name):
-    """Chapters 12 and 13 print lines of at most PHONE_OUTPUT_CHARS characters (longer ones were
+    """Chapters 5-7, 12 and 13 print lines of at most PHONE_OUTPUT_CHARS characters (longer ones were
     shrunk to 9 px on a phone); the setup cell, the same in every chapter, is left out."""
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     long = [f"cell {i}: {len(line)} chars: {line}"

@@ -188,3 +188,68 @@ def test_padded_vs_csr_a_full_last_page_holds_block_size_tokens():
     fig = plots.plot_padded_vs_csr([[3, 5], [7]], [8, 1], 4)
     numbers = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == "last_page_len"]
     assert numbers == ["4", "1"]
+
+
+def _chapters_5_to_7_figures() -> dict:
+    """The library figures of chapters 5, 6 and 7, drawn from the chapters' own data."""
+    tables, lens = [[10, 9], [1, 6, 4], [11]], [6, 11, 3]
+    samples = ["s0", "s1", "s2", "s3"]
+    bm = forked()
+    forked_fig = plots.plot_shared_tables(bm, samples, title="After fork: four samples, one copy "
+                                          "of the prompt")
+    for seq in ("s1", "s2", "s3", "s0"):
+        bm.append(seq)
+    parents = [[0, 0, 0, 0]] + ([[0, 0, 1, 2], [0, 1, 1, 3], [0, 0, 2, 3]] * 5)[:13]   # 14 steps
+    beam_bm, beams = beam_run(parents, prompt_len=10)
+    system = [7, 7, 3, 9, 1, 4, 4, 2]
+    prompts = {"A": system + [11, 12, 13], "B": system + [21, 22, 23, 24, 25],
+               "C": [0] + system + [11, 12, 13]}
+    cache = pagedlib.BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
+    for k, p in prompts.items():
+        cache.allocate(k, p)
+    pool = pagedlib.BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
+    pool.allocate("A", list(range(13)))
+    states = plots.pool_states(pool)
+    designs = ["hash chain, blocks of 16", "radix tree, pages of 16", "radix tree, pages of 1"]
+    return {
+        "ch5 page mapping": plots.plot_page_mapping(tables, lens, 12, 4),
+        "ch5 padded vs CSR": plots.plot_padded_vs_csr(tables, lens, 4),
+        "ch6 forked tables": forked_fig,
+        "ch6 copied tables": plots.plot_shared_tables(bm, samples, title="Each sample wrote a "
+                                                      "token: block 2 was copied 3 times"),
+        "ch6 beam tree": plots.plot_beam_tree(parents, beam_bm, beams, prompt_len=10),
+        "ch7 hash chains": plots.plot_hash_chains(prompts, 4),
+        "ch7 cached tables": plots.plot_shared_tables(cache, list(prompts),
+                                                      title="B found the system prompt's blocks"),
+        "ch7 pool snapshots": plots.plot_pool_snapshots(
+            [("allocate A: 0 cached", states, ["A0", "A1", "A2", "A3"] + [""] * 4)] * 7),
+        "ch7 hit rates": plots.plot_prefix_hit_rates(
+            {"multi-turn chat": dict(zip(designs, ([.3, .5, .6, .7, .7], [.3, .5, .6, .7, .8],
+                                                   [.4, .6, .7, .8, .8]))),
+             "few-shot prompts": dict(zip(designs, ([.5] * 5, [.6] * 5, [.7] * 5)))},
+            [512, 1024, 2048, 4096, 8192]),
+    }
+
+
+def test_chapters_5_to_7_figures_are_legible_on_a_phone():
+    """Text of LEGIBLE_TEXT_PX or more when shown 360 px wide, none over another, legends below."""
+    from figures import LEGIBLE_TEXT_PX
+    from figures import overlapping_texts as any_overlapping_texts
+    from pagedlib.plots.style import phone_text_px
+
+    for name, fig in _chapters_5_to_7_figures().items():
+        px, text = phone_text_px(fig)
+        assert px >= LEGIBLE_TEXT_PX, f"{name}: {text!r} is {px:.1f} px on a phone"
+        assert any_overlapping_texts(fig) == [], name
+        assert legends_over_axes(fig) == [], name
+
+
+def test_a_figure_without_a_table_of_its_own_has_no_one_table_legend_entry():
+    """Chapter 6's Fig. 1 (right after a fork) has only shared blocks: its legend lists no blue
+    "held by one table" box; once a block is copied, the entry is there."""
+    bm = forked()
+    labels = [t.get_text() for t in plots.plot_shared_tables(bm).legends[0].get_texts()]
+    assert "block held by one table" not in labels and "shared block (×ref count)" in labels
+    bm.append("s1")
+    labels = [t.get_text() for t in plots.plot_shared_tables(bm).legends[0].get_texts()]
+    assert "block held by one table" in labels

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .style import COLORS, FIGURE_WIDTH, fit
+from .style import COLORS, FIGURE_WIDTH, fit, legend_below
 
 __all__ = ["plot_prefix_hit_rates"]
 
@@ -30,6 +30,6 @@ def plot_prefix_hit_rates(hit_rates: Mapping[str, Mapping[str, Sequence[float]]]
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xticks(list(pools), [f"{p:,}" for p in pools])
     axes[-1, 0].set_xlabel("KV pool (token slots)")
-    axes[0, 0].legend(loc="lower right", fontsize=11)
+    legend_below(fig, axes[0, 0].get_lines(), ncols=1, fontsize=12)   # under both panels
     fig.suptitle(title)
     return fit(fig)

@@ -1,7 +1,7 @@
 """Figures of chapters 5-7: pages reached through block tables, shared blocks, beam trees, prefix caches.
 
-Every function returns a matplotlib Figure with a title and a legend, fonts of 10 pt or more and a
-width of about 9 inches, so that it stays readable on a phone. None of them draws crossing arrows:
+Every function returns a matplotlib Figure with a title and a legend, fonts of 12 pt or more and a
+width of FIGURE_WIDTH, so that its text is 11 px or more on a 360 px phone. None of them draws crossing arrows:
 block tables are rows of boxes, a block shared by neighbouring rows is one box spanning them, and a
 beam tree is laid out by generation with each beam's children right under it.
 """
@@ -19,7 +19,7 @@ from ..validation import cdiv
 __all__ = ["plot_page_mapping", "plot_padded_vs_csr", "plot_shared_tables", "plot_beam_tree", "plot_hash_chains",
            "pool_states", "plot_pool_snapshots"]
 
-FONT = 10                      # the smallest font any of these figures uses
+FONT = 12                      # the smallest font: 11 px or more on a 360 px phone (tests/figures.py)
 _SEQ_COLOURS = [COLORS["kv"], COLORS["other"], COLORS["shared"], COLORS["accent"]]
 _STATE_COLOURS = {"in use": COLORS["kv"], "cached": COLORS["accent"], "empty": COLORS["free"]}
 
@@ -60,13 +60,14 @@ def plot_page_mapping(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], 
             owner[block] = (s, p, min(block_size, n - p * block_size))
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 1.2 * len(tables) + 2.6), layout="constrained")
     step, row = 1.25, 1.6          # a page is 1 wide; labels stand on two lines so they never touch
+    wide = 1.7                     # logical pages stand further apart: "p0 →10" is wider than a page
     for s, (table, n) in enumerate(zip(tables, seq_lens)):           # logical pages, one row each
         y = 2.6 + (len(tables) - 1 - s) * row
         colour = _SEQ_COLOURS[s % len(_SEQ_COLOURS)]
         ax.text(-0.2, y + 0.35, f"seq {s} ({n} tokens)", ha="right", va="center", fontsize=FONT)
         for p, block in enumerate(table):
-            _page(ax, p * step, y, min(block_size, n - p * block_size), block_size, colour)
-            ax.text(p * step + 0.5, y + 0.75, f"p{p}\n→{block}", ha="center", va="bottom",
+            _page(ax, p * wide, y, min(block_size, n - p * block_size), block_size, colour)
+            ax.text(p * wide + 0.5, y + 0.75, f"p{p}\n→{block}", ha="center", va="bottom",
                     fontsize=FONT, linespacing=1.0)
     for b in range(num_blocks):                                       # the pool
         x = b * step
@@ -173,11 +174,13 @@ def _runs(column: Sequence[int | None]) -> list[tuple[int, int, int | None]]:
 
 
 def _draw_tables(ax, bm: BlockManager, seq_ids: Sequence[Hashable], x_scale: float = 1.0,
-                 label_rows: bool = True) -> None:
+                 label_rows: bool = True) -> bool:
     """Rows of block tables into ``ax``; a block held by neighbouring rows is one box spanning them.
 
     Row ``r`` occupies y in ``[-r - 1, -r]``; logical block ``i`` spans x in ``[i, i + 1) * x_scale``.
+    Returns whether any block drawn is held by one table only (blue).
     """
+    any_own = False
     bs = bm.block_size
     tables = [bm.block_table(s) for s in seq_ids]
     lens = [bm.num_tokens(s) for s in seq_ids]
@@ -188,6 +191,7 @@ def _draw_tables(ax, bm: BlockManager, seq_ids: Sequence[Hashable], x_scale: flo
             if block is None:
                 continue
             ref = bm.ref_count(block)
+            any_own |= ref == 1
             colour = COLORS["shared"] if ref > 1 else COLORS["kv"]
             filled = min(bs, lens[first] - i * bs) / bs
             x0, y0, h = i * x_scale + 0.06 * x_scale, -last - 0.92, last - first + 0.84
@@ -204,14 +208,17 @@ def _draw_tables(ax, bm: BlockManager, seq_ids: Sequence[Hashable], x_scale: flo
         for r, (s, n) in enumerate(zip(seq_ids, lens)):
             ax.text(-0.15 * x_scale, -r - 0.5, f"{s} ({n} tokens)", ha="right", va="center",
                     fontsize=FONT)
+    return any_own
 
 
-def _table_legend(fig, first: Sequence = ()) -> None:
-    """The block tables' legend under the figure, after ``first`` (another panel's entries)."""
-    legend_below(fig, [*first, Patch(color=COLORS["kv"], label="block held by one table"),
+def _table_legend(fig, first: Sequence = (), own: bool = True, ncols: int = 2) -> None:
+    """The block tables' legend under the figure, after ``first`` (another panel's entries); the
+    blue "held by one table" entry only where ``own`` (a figure with such a block)."""
+    own_entry = [Patch(color=COLORS["kv"], label="block held by one table")] if own else []
+    legend_below(fig, [*first, *own_entry,
                        Patch(color=COLORS["shared"], label="shared block (×ref count)"),
                        Patch(facecolor="white", edgecolor="black", label="not yet written")],
-                 fontsize=FONT)
+                 ncols=ncols, fontsize=FONT)
 
 
 def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = None, *,
@@ -227,17 +234,17 @@ def plot_shared_tables(bm: BlockManager, seq_ids: Sequence[Hashable] | None = No
         raise ValueError("seq_ids is empty: give at least one live sequence to draw")
     width = max(len(bm.block_table(s)) for s in seq_ids)
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.55 * len(seq_ids) + 1.9), layout="constrained")
-    _draw_tables(ax, bm, seq_ids)
+    own = _draw_tables(ax, bm, seq_ids)
     for i in range(width):
         ax.text(i + 0.5, 0.15, f"page {i}", ha="center", va="bottom", fontsize=FONT)
-    ax.set_xlim(-2.6, max(width, 6) + 0.1)
+    ax.set_xlim(-2.6, max(width, 4) + 0.1)       # columns wide enough for "page 10"
     ax.set_ylim(-len(seq_ids) - 0.1, 0.7)
     _bare(ax)
     ax.set_xlabel(f"columns: logical pages of each table ({bm.block_size} tokens each); "
                   "box label: physical block", fontsize=FONT)
     ax.set_title(title or f"{len(seq_ids)} block tables, {bm.num_used_blocks} physical blocks in use",
                  fontsize=FONT + 1)
-    _table_legend(fig)
+    _table_legend(fig, own=own)
     return fit(fig)
 
 
@@ -297,7 +304,7 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
                                label="on the line of a final beam"),
                     plt.Line2D([], [], color=COLORS["external"], marker="o",
                                label="dropped (its blocks are freed)")]
-    _draw_tables(bottom, bm, beams, x_scale=bs, label_rows=False)
+    own = _draw_tables(bottom, bm, beams, x_scale=bs, label_rows=False)
     for r in range(len(beams)):
         bottom.text(prompt_len + steps + 0.3, -r - 0.5, f"beam {r}", va="center", fontsize=FONT)
     bottom.set_ylim(-len(beams) - 0.1, 0.1)
@@ -308,7 +315,7 @@ def plot_beam_tree(parents: Sequence[Sequence[int]], bm: BlockManager, beams: Se
     bottom.set_xlabel(f"token position (dotted lines: block boundaries every {bs} tokens; "
                       "box label: physical block)", fontsize=FONT)
     bottom.tick_params(labelsize=FONT)
-    _table_legend(fig, first=tree_handles)                # one legend under both panels, off the tree
+    _table_legend(fig, first=tree_handles, own=own, ncols=1)                # one legend under both panels, off the tree
     return fit(fig)
 
 
@@ -323,7 +330,7 @@ def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int)
         raise ValueError("prompts is empty: give at least one prompt to draw")
     names = list(prompts)
     width = max(cdiv(len(p), block_size) for p in prompts.values())
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.75 * len(names) + 1.7), layout="constrained")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.95 * len(names) + 1.9), layout="constrained")
     seen: set[bytes] = set()
     for r, name in enumerate(names):
         tokens = list(prompts[name])
@@ -361,7 +368,7 @@ def plot_hash_chains(prompts: Mapping[Hashable, Sequence[int]], block_size: int)
                         Patch(color=COLORS["shared"], label="name seen in an earlier prompt"),
                         Patch(facecolor=COLORS["tail"], hatch=PADDING_HATCH,
                               label="partly filled: no name")],
-               loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+               loc="outside lower center", ncol=1, fontsize=FONT, frameon=False)
     return fit(fig)
 
 
@@ -400,7 +407,8 @@ def plot_pool_snapshots(snapshots: Sequence[tuple[str, Sequence[str], Sequence[s
     for side in ("right", "top", "bottom", "left"):
         ax.spines[side].set_visible(False)
     ax.set_xlabel("physical block id", fontsize=FONT)
-    ax.set_title(f"A pool of {num_blocks} blocks over time (top to bottom)", fontsize=FONT + 1)
+    fig.suptitle(f"A pool of {num_blocks} blocks over time (top to bottom)",   # centred on the figure,
+                 fontsize=FONT + 1)                                          # not on the panel
     fig.legend(handles=[Patch(color=c, label=s) for s, c in _STATE_COLOURS.items()],
                loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
     return fit(fig)
