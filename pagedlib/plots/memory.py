@@ -108,7 +108,8 @@ def plot_pool_timeline(allocator: ContiguousAllocator, *, ax=None):
     ax.set_xlim(0, pool * 1.3)
     ax.set_xlabel("token slot in the pool")
     ax.set_ylabel("event (time runs down)")
-    ax.set_title(wrap(f"{allocator.kind} allocator, {pool:,}-slot pool: {allocator.refusals} refusal(s)",
+    refusals = "1 refusal" if allocator.refusals == 1 else f"{allocator.refusals} refusals"
+    ax.set_title(wrap(f"{allocator.kind} allocator, {pool:,}-slot pool: {refusals}",
                       FIGURE_WIDTH, 11), fontsize=11)
     handles = [Patch(color=COLORS["kv"], label="real K/V"),
                Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
