@@ -273,10 +273,12 @@ def test_chapter_8_exercise_cells_fit_the_exercise_box():
 PHONE_OUTPUT_CHARS = 48     # the monospace characters a phone's column shows at full size
 
 
-@pytest.mark.parametrize("name", ["05_paged_attention", "06_sharing", "07_prefix_caching",
-                                  "12_capacity_at_scale", "13_beyond_one_engine"])
+@pytest.mark.parametrize("name", ["00_getting_started", "01_kv_cache", "02_reserve_max",
+                                  "03_fragmentation", "04_pages", "04b_sizing", "05_paged_attention",
+                                  "06_sharing", "07_prefix_caching", "12_capacity_at_scale",
+                                  "13_beyond_one_engine"])
 def test_printed_lines_fit_a_phone(name):
-    """Chapters 5-7, 12 and 13 print lines of at most PHONE_OUTPUT_CHARS characters (longer ones were
+    """Chapters 0 to 7, 12 and 13 print lines of at most PHONE_OUTPUT_CHARS characters (longer ones were
     shrunk to 9 px on a phone); the setup cell, the same in every chapter, is left out."""
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     long = [f"cell {i}: {len(line)} chars: {line}"

@@ -178,3 +178,39 @@ def test_plot_snapshot_distribution_draws_every_sample_and_mark():
     assert legends_over_axes(fig) == []                                 # the legend covers no bar
     assert sum(p.get_height() for p in ax.patches) == 5                 # every snapshot counted once
     assert [line.get_xdata()[0] for line in ax.get_lines()] == [30.0]   # the mark, in percent
+
+
+def _chapter_2_to_4b_figures() -> dict:
+    """The library's figures in chapters 2, 3, 4 and 4b, drawn as the chapters draw them."""
+    from pagedlib.plots import plot_block_table_arrows
+
+    timeline = FirstFitAllocator(4096)
+    timeline.replay(fragmenting_events())
+    return {
+        "rows, paged": plots.plot_rows(pagedlib.paged_plan(SEED, 16), pool_slots=40_960),
+        "rows, reserve-max": plots.plot_rows(pagedlib.reserve_max_plan(SEED, 2048),
+                                             pool_slots=40_960),
+        "pool timeline": plots.plot_pool_timeline(timeline),
+        "waste vs page size": plots.plot_waste_vs_block_size(SEED, max_len=2048,
+                                                             pool_slots=40_960),
+        "snapshots": plots.plot_snapshot_distribution(
+            {"ShareGPT, 20 requests a snapshot": [0.7, 0.75, 0.8, 0.8, 0.9]},
+            marks={"the five requests": 0.748}, xlabel="reserved slots holding no K/V (%)",
+            title="Reserve-max waste: 1,000 ShareGPT snapshots"),
+        "block tables": plot_block_table_arrows({"a": [3, 0, 5], "b": [1, 4]},
+                                                {"a": 11, "b": 5}, num_blocks=6, block_size=4),
+    }
+
+
+def test_chapters_2_to_4b_figures_are_legible_on_a_phone():
+    """Text of 12 pt or more (LEGIBLE_TEXT_PX when shown 360 px wide), none over another, legends
+    below the plot."""
+    from figures import LEGIBLE_TEXT_PX, overlapping_texts
+    from pagedlib.plots.style import phone_text_px
+
+    for name, fig in _chapter_2_to_4b_figures().items():
+        px, text = phone_text_px(fig)
+        assert px >= LEGIBLE_TEXT_PX, f"{name}: {text!r} is {px:.1f} px on a phone"
+        assert overlapping_texts(fig) == [], name
+        assert legends_over_axes(fig) == [], name
+        plt.close(fig)

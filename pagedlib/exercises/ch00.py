@@ -12,11 +12,15 @@ def num_programs(n: int, tile: int) -> int:
     return (n + tile - 1) // tile
 
 
+def _elements(count: int) -> str:
+    return f"{count} element" if count == 1 else f"{count} elements"
+
+
 def _diagnose_programs(answer, expected, args):
     n, tile = args
     if answer == n // tile and n % tile:
         return ("integer division rounds down and forgets the partly full last program: "
-                f"the {n % tile} element(s) past the last full tile need a program too.")
+                f"the {_elements(n % tile)} past the last full tile need a program too.")
     if answer == n // tile + 1 and n % tile == 0:
         return f"{n} is a multiple of {tile}: every program is full, none is left over."
     return None

@@ -50,7 +50,7 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
         if row.allocated < width:
             ax.barh(y, width - row.allocated, left=row.allocated, color=COLORS["free"],
                     edgecolor="#d0d0d0", linewidth=0.5)
-        ax.text(width * 1.01, y, f"{row.length:,} / {row.allocated:,}", va="center", fontsize=10)
+        ax.text(width * 1.01, y, f"{row.length:,} / {row.allocated:,}", va="center", fontsize=12)
     ax.set_yticks(range(plan.n_requests), [f"{r.request} ({r.length:,})" for r in plan.rows])
     ax.invert_yaxis()
     ax.set_xlim(0, width * 1.42)
@@ -59,7 +59,7 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
     title = f"{plan.kind} ({what}): {plan.allocated:,} slots allocated, waste {plan.waste:.1%}"
     if pool_slots:
         title += f", {plan.capacity(pool_slots)} requests fit {pool_slots:,} slots"
-    ax.set_title(wrap(title, FIGURE_WIDTH, 11), fontsize=11)
+    ax.set_title(wrap(title, FIGURE_WIDTH, 12), fontsize=12)
     handles = [Patch(color=COLORS["kv"], label="real K/V")]
     if plan.kind == "paged":
         handles += [Patch(color=COLORS["tail"], label="unused tail of the last page"),
@@ -68,7 +68,7 @@ def plot_rows(plan: Plan, *, width: int | None = None, pool_slots: int | None = 
         handles += [Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
                           label="reserved, not written (yet or ever)")]
     if legend:
-        legend_below(fig, handles)
+        legend_below(fig, handles, ncols=1 if plan.kind == "paged" else 2, fontsize=12)
     return fig
 
 
@@ -98,25 +98,26 @@ def plot_pool_timeline(allocator: ContiguousAllocator, *, ax=None):
                 ax.barh(y, seg.size - seg.used, left=seg.start + seg.used, color=COLORS["padding"],
                         hatch=PADDING_HATCH, edgecolor="white", linewidth=0.5, alpha=0.85)
             if seg.size >= pool / 14:
-                ax.text(seg.start + seg.size / 2, y, str(seg.owner), ha="center", va="center", fontsize=10,
+                ax.text(seg.start + seg.size / 2, y, str(seg.owner), ha="center", va="center", fontsize=12,
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.8))
         if step.refused is not None:
             ax.plot(pool * 1.02, y, marker="x", color=COLORS["padding"], markersize=8, mew=2)
-            ax.text(pool * 1.04, y, f"{step.refused}\nrefused", va="center", fontsize=10)
-    ax.set_yticks(range(len(history)), [_event_label(s.event) for s in history], fontsize=10)
+            ax.text(pool * 1.04, y, f"{step.refused}\nrefused", va="center", fontsize=12)
+    ax.set_yticks(range(len(history)), [_event_label(s.event) for s in history], fontsize=12)
     ax.invert_yaxis()
     ax.set_xlim(0, pool * 1.3)
     ax.set_xlabel("token slot in the pool")
     ax.set_ylabel("event (time runs down)")
-    ax.set_title(wrap(f"{allocator.kind} allocator, {pool:,}-slot pool: {allocator.refusals} refusal(s)",
-                      FIGURE_WIDTH, 11), fontsize=11)
+    refusals = "1 refusal" if allocator.refusals == 1 else f"{allocator.refusals} refusals"
+    ax.set_title(wrap(f"{allocator.kind} allocator, {pool:,}-slot pool: {refusals}",
+                      FIGURE_WIDTH, 12), fontsize=12)
     handles = [Patch(color=COLORS["kv"], label="real K/V"),
                Patch(facecolor=COLORS["padding"], hatch=PADDING_HATCH, edgecolor="white",
                      label="reserved, not written"),
                Patch(color=COLORS["free"], label="free hole"),
-               Patch(color=COLORS["external"], label="hole too small for any waiting request"),
+               Patch(color=COLORS["external"], label="hole too small to use"),
                plt.Line2D([], [], marker="x", color=COLORS["padding"], ls="", mew=2, label="refused arrival")]
-    legend_below(fig, handles)
+    legend_below(fig, handles, fontsize=12)
     return fig
 
 
@@ -140,20 +141,20 @@ def plot_waste_vs_block_size(lengths: Sequence[int],
     if pool_slots:
         for x, y, plan in zip(block_sizes, waste, plans):
             ax.annotate(f"{plan.capacity(pool_slots)}", (x, y), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=10)
+                        ha="center", fontsize=12)
     if max_len:
         ax.axhline(100 * reserve_max_plan(lengths, max_len).waste, ls="--", color=COLORS["padding"],
                    label=f"reserve-max (max_len {max_len:,})")
     ax.set_xscale("log", base=2)
     log2_ticks(ax, block_sizes)
-    ax.tick_params(axis="x", labelsize=10)
+    ax.tick_params(axis="x", labelsize=12)
     ax.set_ylim(0, 100 if max_len else max(waste) * 1.25 + 1)
     ax.set_xlabel("page size (tokens)")
     ax.set_ylabel("waste (% of allocated slots)")
     note = " (labels: requests that fit the pool)" if pool_slots else ""
-    ax.set_title(wrap(f"Bigger pages round each request up further{note}", FIGURE_WIDTH, 11),
-                 fontsize=11)
-    ax.legend(fontsize=10)
+    ax.set_title(wrap(f"Bigger pages round each request up further{note}", FIGURE_WIDTH, 12),
+                 fontsize=12)
+    legend_below(fig, ax.get_legend_handles_labels()[0], fontsize=12)
     return fig
 
 
@@ -322,6 +323,6 @@ def plot_snapshot_distribution(samples: dict, *, marks: dict | None = None, xlab
     ax.set_xlabel(xlabel)
     ax.set_ylabel("snapshots")
     ax.set_title(wrap(title, fontsize=12), fontsize=12)
-    legend_below(fig, ax.get_legend_handles_labels()[0])
+    legend_below(fig, ax.get_legend_handles_labels()[0], ncols=1, fontsize=12)
     ax.grid(axis="y", alpha=0.3)
     return fig

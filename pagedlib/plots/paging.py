@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib import animation
 from matplotlib.patches import Patch, Rectangle
 
-from .style import COLORS, FIGURE_WIDTH, fit
+from .style import COLORS, FIGURE_WIDTH, fit, legend_below
 from ..validation import cdiv
 
 __all__ = ["plot_block_table_arrows", "PoolFrame", "animate_pool", "animation_html"]
@@ -39,7 +39,7 @@ def _block_box(ax, x, y, colour, frac, label, *, w=0.9, h=0.8, text_colour="whit
         ax.add_patch(Rectangle((x, y), w * frac, h, facecolor=colour, edgecolor="none", zorder=2))
     ax.add_patch(Rectangle((x, y), w, h, facecolor="none", edgecolor="#555555", lw=0.8, zorder=3))
     if label:
-        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=10, zorder=4,
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=12, zorder=4,
                 color=text_colour if frac >= 0.75 else "black")
 
 
@@ -90,16 +90,16 @@ def plot_block_table_arrows(tables: Mapping[Hashable, Sequence[int]], lengths: M
             _block_box(ax, pool_x, pool_y(b), colours[s], fill(s, i), f"{b}")
     for row, s in enumerate(seqs):
         y = rows - (row + 0.5) * rows / len(seqs) - 0.4
-        ax.text(-0.3, y + 0.4, f"{s}\n{lengths[s]} tokens", ha="right", va="center", fontsize=10,
+        ax.text(-0.3, y + 0.4, f"{s}\n{lengths[s]} tokens", ha="right", va="center", fontsize=12,
                 color=colours[s])
         for i, b in enumerate(tables[s]):
             _block_box(ax, i, y, colours[s], fill(s, i), f"{i}")
             ax.annotate("", xy=(pool_x, pool_y(b) + 0.4), xytext=(i + 0.45, y + 0.4), zorder=1,
                         arrowprops=dict(arrowstyle="->", color=colours[s], lw=1.1, alpha=0.8))
     ax.text(max_logical / 2, rows + 0.35, "logical pages (label: logical index)", ha="center",
-            va="bottom", fontsize=10)
+            va="bottom", fontsize=12)
     ax.text(pool_x + 0.45, rows + 0.35, "physical pages\n(label: page id)", ha="center",
-            va="bottom", fontsize=10)
+            va="bottom", fontsize=12)
     ax.set_xlim(-2.6, pool_x + 1.6)
     ax.set_ylim(-0.3, rows + 1.6)
     ax.set_xticks([])
@@ -108,13 +108,14 @@ def plot_block_table_arrows(tables: Mapping[Hashable, Sequence[int]], lengths: M
         ax.spines[side].set_visible(False)
     used = len(owner_of)
     ax.set_title(f"Block tables: {len(seqs)} sequences in {used} of {num_blocks} pages of "
-                 f"{block_size} tokens", fontsize=11)
+                 f"{block_size} tokens", fontsize=12)
     handles = [Patch(color=colours[s], label=f"{s}'s pages") for s in seqs]
     handles.append(Patch(facecolor=COLORS["free"], edgecolor="#555555", label="free page"))
-    (fig.legend if own else ax.legend)(handles=handles, loc="lower center" if own else "lower left",
-                                       ncol=min(len(handles), 2), fontsize=10, frameon=False)
     if own:
-        fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
+        legend_below(fig, handles, fontsize=12)
+    else:
+        ax.legend(handles=handles, loc="lower left", ncol=min(len(handles), 2), fontsize=12,
+                  frameon=False)
     return fit(fig)
 
 
