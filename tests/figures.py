@@ -41,11 +41,21 @@ def legends_over_axes(fig) -> list[str]:
                    for ax in fig.axes)]
 
 
-#: Chapter 11's figures are read beside tables of numbers on a phone: their smallest text is 12 pt, at
-#: least 11 CSS px when shown 360 px wide, so that its capitals (about 0.73 of the font size) stand
-#: 8 px tall. PHONE_TEXT_PX (9 px) leaves them at 6-7 px, which a reader of the 400 px site called
-#: too small to read (the values on chapter 11's bars, its legends).
+#: The figures of chapters 0-7 and 11-13 are held to more than PHONE_TEXT_PX: their smallest text is
+#: 12 pt, at least 11 CSS px when shown 360 px wide, so that its capitals (about 0.73 of the font size)
+#: stand 8 px tall. PHONE_TEXT_PX (9 px) leaves them at 6-7 px, which a reader of the 400 px site
+#: called too small to read (the values on chapter 11's bars, its legends).
 LEGIBLE_TEXT_PX = 11
+
+
+def phone_problems(fig) -> list[str]:
+    """What keeps ``fig`` from reading well on a phone, described (empty when none): its smallest
+    text under LEGIBLE_TEXT_PX when shown 360 px wide, texts drawn over one another, legends over
+    the data."""
+    px, text = phone_text_px(fig)
+    problems = [f"{text!r} is {px:.1f} px on a phone"] if px < LEGIBLE_TEXT_PX else []
+    problems += [f"{a!r} over {b!r}" for a, b in overlapping_texts(fig)]
+    return problems + [f"legend {name!r} over the data" for name in legends_over_axes(fig)]
 
 
 def overlapping_texts(fig) -> list[tuple[str, str]]:

@@ -205,12 +205,8 @@ def _chapter_2_to_4b_figures() -> dict:
 def test_chapters_2_to_4b_figures_are_legible_on_a_phone():
     """Text of 12 pt or more (LEGIBLE_TEXT_PX when shown 360 px wide), none over another, legends
     below the plot."""
-    from figures import LEGIBLE_TEXT_PX, overlapping_texts
-    from pagedlib.plots.style import phone_text_px
+    from figures import phone_problems
 
     for name, fig in _chapter_2_to_4b_figures().items():
-        px, text = phone_text_px(fig)
-        assert px >= LEGIBLE_TEXT_PX, f"{name}: {text!r} is {px:.1f} px on a phone"
-        assert overlapping_texts(fig) == [], name
-        assert legends_over_axes(fig) == [], name
+        assert phone_problems(fig) == [], name
         plt.close(fig)

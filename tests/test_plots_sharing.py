@@ -233,15 +233,10 @@ def _chapters_5_to_7_figures() -> dict:
 
 def test_chapters_5_to_7_figures_are_legible_on_a_phone():
     """Text of LEGIBLE_TEXT_PX or more when shown 360 px wide, none over another, legends below."""
-    from figures import LEGIBLE_TEXT_PX
-    from figures import overlapping_texts as any_overlapping_texts
-    from pagedlib.plots.style import phone_text_px
+    from figures import phone_problems
 
     for name, fig in _chapters_5_to_7_figures().items():
-        px, text = phone_text_px(fig)
-        assert px >= LEGIBLE_TEXT_PX, f"{name}: {text!r} is {px:.1f} px on a phone"
-        assert any_overlapping_texts(fig) == [], name
-        assert legends_over_axes(fig) == [], name
+        assert phone_problems(fig) == [], name
 
 
 def test_a_figure_without_a_table_of_its_own_has_no_one_table_legend_entry():
